@@ -1,0 +1,1 @@
+//! flockd-aof: the append-only file. (Skeleton: replaced by the implementation.)

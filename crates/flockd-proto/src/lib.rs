@@ -1,0 +1,1 @@
+//! flockd-proto: bytes to requests, replies to bytes. (Skeleton: replaced by the implementation.)
