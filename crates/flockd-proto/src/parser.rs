@@ -16,7 +16,8 @@ use bytes::{Buf, Bytes, BytesMut};
 use crate::{ProtocolError, inline};
 
 /// Input limits. The caller may use tighter ones before AUTH, as Redis does.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// `Copy`: three numbers, picked per request (tighter before AUTH).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Largest accepted bulk string (Redis's `proto-max-bulk-len`).
     pub max_bulk_len: usize,
