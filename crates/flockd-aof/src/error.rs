@@ -1,0 +1,47 @@
+//! The crate's typed errors.
+
+use std::path::PathBuf;
+
+#[derive(thiserror::Error, Debug)]
+pub enum AofError {
+    /// A file operation failed (open, read, truncate, sync, rename...).
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is damaged somewhere other than its tail (or is not an AOF at all): replaying or
+    /// repairing it would lose records that were acknowledged, so it is refused.
+    #[error("Bad record in {path} at byte offset {offset}: {reason}")]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    /// The writer is in the failed state: the last write or fsync failed and a rewrite has not
+    /// recovered yet. The server answers state changes with `-MISCONF` meanwhile; the message
+    /// reads like Redis's (`MISCONF Errors writing to the AOF file: ...`).
+    #[error("Errors writing to the AOF file: {0}")]
+    WriteFailed(String),
+    /// The AOF was shut down: the record will never be written.
+    #[error("the AOF is shutting down")]
+    ShuttingDown,
+    /// BGREWRITEAOF while a rewrite runs.
+    #[error("Background append only file rewriting already in progress")]
+    RewriteInProgress,
+}
+
+impl AofError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        AofError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// An `appendfsync` value other than `always`, `everysec` or `no`.
+#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+#[error("invalid appendfsync value '{0}': expected always, everysec or no")]
+pub struct ParseFsyncPolicyError(pub String);
