@@ -1,1 +1,56 @@
-fn main() {}
+//! The flockd daemon: parse flags, set up logging, run the server until SIGTERM, SIGINT or
+//! SHUTDOWN; or run a tool such as `flockd check-aof`.
+
+mod check_aof;
+mod commands;
+mod config;
+mod healthcheck;
+mod logging;
+mod server;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use config::{Cli, Tool};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(Tool::CheckAof { fix, file }) = &cli.command {
+        return check_aof::run(file, *fix);
+    }
+    let config = match cli.settings.resolve() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("flockd: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(Tool::Ping) = cli.command {
+        return healthcheck::run(&config);
+    }
+    if let Err(e) = logging::init(&config) {
+        eprintln!("flockd: {e}");
+        return ExitCode::from(2);
+    }
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all().thread_name("flockd-worker");
+    if config.worker_threads > 0 {
+        runtime.worker_threads(config.worker_threads);
+    }
+    let runtime = match runtime.build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("flockd: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(server::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("flockd: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

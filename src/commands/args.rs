@@ -1,0 +1,176 @@
+//! A cursor over a command's arguments: take the next one as bytes, a name, or an integer in a
+//! range, and refuse leftovers. Every error is one the client can read and act on.
+
+use std::ops::RangeInclusive;
+
+use bytes::Bytes;
+
+use super::CommandError;
+
+/// The configured bounds that argument parsing checks against.
+#[derive(Clone, Copy, Debug)]
+pub struct ArgLimits {
+    pub max_name_bytes: usize,
+    pub max_lease_ms: u64,
+    pub max_wait_ms: u64,
+}
+
+pub struct Args {
+    command: &'static str,
+    items: std::vec::IntoIter<Bytes>,
+    pub limits: ArgLimits,
+}
+
+impl Args {
+    /// `argv` includes the command name, which is skipped.
+    pub fn new(command: &'static str, argv: Vec<Bytes>, limits: ArgLimits) -> Args {
+        let mut items = argv.into_iter();
+        items.next();
+        Args {
+            command,
+            items,
+            limits,
+        }
+    }
+
+    /// A lock name (fence key, owner id: see [`Args::next_name`]) within the configured size.
+    /// Copied out of the read buffer: a name kept in the table must not pin a whole read.
+    pub fn next_lock_name(&mut self, what: &'static str) -> Result<Bytes, CommandError> {
+        self.next_name(what, self.limits.max_name_bytes)
+            .map(|name| Bytes::copy_from_slice(&name))
+    }
+
+    /// A value to keep (FENCE.SET), copied out of the read buffer for the same reason.
+    pub fn next_owned_bytes(&mut self) -> Result<Bytes, CommandError> {
+        self.next_bytes()
+            .map(|value| Bytes::copy_from_slice(&value))
+    }
+
+    pub fn next_lease(&mut self) -> Result<u64, CommandError> {
+        self.next_int("lease-ms", 1..=self.limits.max_lease_ms)
+    }
+
+    pub fn next_token(&mut self) -> Result<u64, CommandError> {
+        self.next_int("token", 1..=flockd_core::MAX_TOKEN)
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn next_opt(&mut self) -> Option<Bytes> {
+        self.items.next()
+    }
+
+    /// The next argument; a missing one is an arity error (the table's arity could not say).
+    pub fn next_bytes(&mut self) -> Result<Bytes, CommandError> {
+        self.items
+            .next()
+            .ok_or_else(|| CommandError::WrongArity(self.command.into()))
+    }
+
+    /// A lock name, fence key or owner id: non-empty and at most `max` bytes.
+    pub fn next_name(&mut self, what: &'static str, max: usize) -> Result<Bytes, CommandError> {
+        let name = self.next_bytes()?;
+        if name.is_empty() || name.len() > max {
+            return Err(CommandError::BadName { what, max });
+        }
+        Ok(name)
+    }
+
+    /// An integer argument that must lie in `range`; `what` names it in the error.
+    pub fn next_int(
+        &mut self,
+        what: &'static str,
+        range: RangeInclusive<u64>,
+    ) -> Result<u64, CommandError> {
+        let raw = self.next_bytes()?;
+        int_in_range(&raw, what, range)
+    }
+
+    /// The next argument, upper-cased, to match an option or subcommand keyword.
+    pub fn next_keyword(&mut self) -> Option<String> {
+        self.items
+            .next()
+            .map(|b| String::from_utf8_lossy(&b).to_ascii_uppercase())
+    }
+
+    /// Errors if arguments are left over.
+    pub fn finish(&mut self) -> Result<(), CommandError> {
+        match self.items.len() {
+            0 => Ok(()),
+            _ => Err(CommandError::Syntax),
+        }
+    }
+}
+
+/// Parses a Redis-style integer (strict: optional '-', no '+', no leading zeros or spaces) and
+/// checks the range. Non-integers get Redis's text; integers out of range name the argument.
+pub fn int_in_range(
+    raw: &[u8],
+    what: &'static str,
+    range: RangeInclusive<u64>,
+) -> Result<u64, CommandError> {
+    let value = parse_i64(raw).ok_or(CommandError::NotInteger)?;
+    match u64::try_from(value) {
+        Ok(v) if range.contains(&v) => Ok(v),
+        _ => Err(CommandError::OutOfRange {
+            what,
+            min: *range.start(),
+            max: *range.end(),
+        }),
+    }
+}
+
+pub fn parse_i64(raw: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    let well_formed = !digits.is_empty()
+        && digits.len() <= 19
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+        && text != "-0";
+    if !well_formed {
+        return None;
+    }
+    text.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_are_strict_like_redis() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-5"), Some(-5));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        for bad in [
+            &b""[..],
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"01",
+            b"-0",
+            b"1.5",
+            b"abc",
+            b"9223372036854775808",
+            b"-",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn range_errors_name_the_argument() {
+        let err = int_in_range(b"0", "lease-ms", 1..=10).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "ERR invalid lease-ms: must be an integer from 1 to 10"
+        );
+        assert_eq!(
+            int_in_range(b"x", "lease-ms", 1..=10).unwrap_err(),
+            CommandError::NotInteger
+        );
+    }
+}

@@ -1,0 +1,306 @@
+//! CLIENT ID | SETNAME | GETNAME | SETINFO | INFO | LIST | KILL | NO-EVICT | NO-TOUCH | HELP.
+
+use bytes::Bytes;
+use flockd_proto::Reply;
+
+use super::args::parse_i64;
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta, SubMeta};
+use crate::server::context::{CommandResult, Ctx, reply};
+
+#[derive(Debug)]
+pub enum Client {
+    Id,
+    SetName(Bytes),
+    GetName,
+    SetInfo { attribute: String, value: Bytes },
+    Info,
+    List { ids: Option<Vec<u64>> },
+    Kill(KillFilter),
+    Ok,
+    Help,
+}
+
+#[derive(Debug, Default)]
+pub struct KillFilter {
+    id: Option<u64>,
+    addr: Option<String>,
+    laddr: Option<String>,
+    skip_me: bool,
+    /// The old form `CLIENT KILL addr:port` replies +OK or an error instead of a count.
+    legacy: bool,
+}
+
+const HELP: &[&str] = &[
+    "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ID -- Return the ID of the current connection.",
+    "GETNAME -- Return the name of the current connection.",
+    "SETNAME <name> -- Assign the name <name> to the current connection.",
+    "SETINFO <LIB-NAME|LIB-VER> <value> -- Set client library name or version.",
+    "INFO -- Return information about the current client connection.",
+    "LIST [TYPE normal] [ID id ...] -- Return information about client connections.",
+    "KILL <ip:port> | KILL [ID <id>] [ADDR <ip:port>] [LADDR <ip:port>] [SKIPME yes|no] -- Kill connections.",
+    "HELP -- Print this help.",
+];
+
+impl CommandDef for Client {
+    const META: Meta = Meta {
+        syntax: "CLIENT <subcommand> [arg ...]",
+        subcommands: &[
+            SubMeta {
+                name: "client|id",
+                arity: 2,
+                summary: "Returns the unique client ID of the connection.",
+            },
+            SubMeta {
+                name: "client|setname",
+                arity: 3,
+                summary: "Sets the connection name.",
+            },
+            SubMeta {
+                name: "client|getname",
+                arity: 2,
+                summary: "Returns the name of the connection.",
+            },
+            SubMeta {
+                name: "client|setinfo",
+                arity: 4,
+                summary: "Sets information specific to the client or connection.",
+            },
+            SubMeta {
+                name: "client|info",
+                arity: 2,
+                summary: "Returns information about the connection.",
+            },
+            SubMeta {
+                name: "client|list",
+                arity: -2,
+                summary: "Lists open connections.",
+            },
+            SubMeta {
+                name: "client|kill",
+                arity: -3,
+                summary: "Terminates open connections.",
+            },
+            SubMeta {
+                name: "client|help",
+                arity: 2,
+                summary: "Returns helpful text about the different subcommands.",
+            },
+        ],
+        ..Meta::new(
+            "client",
+            -2,
+            CommandFlags::READ,
+            "A container for client connection commands.",
+        )
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        let sub = args.next_keyword().unwrap_or_default();
+        let arity = |name: &'static str, ok: bool| {
+            if ok {
+                Ok(())
+            } else {
+                Err(CommandError::WrongArity(name.into()))
+            }
+        };
+        let n = args.remaining();
+        Ok(match sub.as_str() {
+            "ID" => arity("client|id", n == 0).map(|_| Client::Id)?,
+            "GETNAME" => arity("client|getname", n == 0).map(|_| Client::GetName)?,
+            "INFO" => arity("client|info", n == 0).map(|_| Client::Info)?,
+            "HELP" => arity("client|help", n == 0).map(|_| Client::Help)?,
+            "NO-EVICT" | "NO-TOUCH" => {
+                arity("client|no-evict", n == 1)?;
+                match args.next_keyword().as_deref() {
+                    Some("ON") | Some("OFF") => Client::Ok,
+                    _ => return Err(CommandError::Syntax),
+                }
+            }
+            "SETNAME" => {
+                arity("client|setname", n == 1)?;
+                let name = args.next_bytes()?;
+                validate_client_name(&name)?;
+                Client::SetName(name)
+            }
+            "SETINFO" => {
+                arity("client|setinfo", n == 2)?;
+                let attribute = args.next_keyword().unwrap_or_default();
+                if attribute != "LIB-NAME" && attribute != "LIB-VER" {
+                    return Err(CommandError::Other(
+                        format!(
+                            "ERR Unrecognized option '{}'",
+                            super::printable(attribute.as_bytes(), 64)
+                        )
+                        .into(),
+                    ));
+                }
+                let value = args.next_bytes()?;
+                validate_client_name(&value)?;
+                Client::SetInfo { attribute, value }
+            }
+            "LIST" => {
+                let mut ids = None;
+                while let Some(option) = args.next_keyword() {
+                    match option.as_str() {
+                        "TYPE" => match args.next_keyword().as_deref() {
+                            Some("NORMAL") => {}
+                            Some(t) if ["MASTER", "REPLICA", "PUBSUB"].contains(&t) => {
+                                ids = Some(vec![])
+                            }
+                            _ => return Err(CommandError::Syntax),
+                        },
+                        "ID" => {
+                            let mut list = vec![];
+                            while let Some(raw) = args.next_opt() {
+                                match parse_i64(&raw) {
+                                    Some(id) if id > 0 => list.push(id as u64),
+                                    _ => {
+                                        return Err(CommandError::Other(
+                                            "ERR Invalid client ID".into(),
+                                        ));
+                                    }
+                                }
+                            }
+                            ids = Some(list);
+                        }
+                        _ => return Err(CommandError::Syntax),
+                    }
+                }
+                Client::List { ids }
+            }
+            "KILL" => Client::Kill(parse_kill(args)?),
+            other => {
+                return Err(CommandError::UnknownSubcommand {
+                    command: "CLIENT",
+                    sub: super::printable(other.as_bytes(), 64),
+                });
+            }
+        })
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        let handle = &ctx.conn.handle;
+        match self {
+            Client::Id => reply(Reply::Integer(handle.id as i64)),
+            Client::SetName(name) => {
+                handle.names.lock().name = (!name.is_empty()).then_some(name);
+                reply(Reply::ok())
+            }
+            Client::GetName => reply(
+                handle
+                    .names
+                    .lock()
+                    .name
+                    .clone()
+                    .map(Reply::Bulk)
+                    .unwrap_or(Reply::Null),
+            ),
+            Client::SetInfo { attribute, value } => {
+                let mut names = handle.names.lock();
+                let slot = if attribute == "LIB-NAME" {
+                    &mut names.lib_name
+                } else {
+                    &mut names.lib_ver
+                };
+                *slot = (!value.is_empty()).then_some(value);
+                reply(Reply::ok())
+            }
+            Client::Info => reply(Reply::Verbatim(Bytes::from(format!(
+                "{}\n",
+                handle.describe()
+            )))),
+            Client::List { ids } => {
+                let mut text = String::new();
+                for client in ctx.shared.clients.all() {
+                    if ids.as_ref().is_none_or(|ids| ids.contains(&client.id)) {
+                        text.push_str(&client.describe());
+                        text.push('\n');
+                    }
+                }
+                reply(Reply::Verbatim(Bytes::from(text)))
+            }
+            Client::Kill(filter) => kill(ctx, filter),
+            Client::Ok => reply(Reply::ok()),
+            Client::Help => reply(Reply::Array(
+                HELP.iter().map(|l| Reply::Simple((*l).into())).collect(),
+            )),
+        }
+    }
+}
+
+fn parse_kill(args: &mut Args) -> Result<KillFilter, CommandError> {
+    let mut filter = KillFilter {
+        skip_me: true,
+        ..KillFilter::default()
+    };
+    if args.remaining() == 1 {
+        let addr = args.next_bytes()?;
+        filter.addr = Some(String::from_utf8_lossy(&addr).into_owned());
+        filter.legacy = true;
+        filter.skip_me = false;
+        return Ok(filter);
+    }
+    while let Some(option) = args.next_keyword() {
+        let value = args.next_bytes().map_err(|_| CommandError::Syntax)?;
+        let text = String::from_utf8_lossy(&value).into_owned();
+        match option.as_str() {
+            "ID" => match parse_i64(&value) {
+                Some(id) if id > 0 => filter.id = Some(id as u64),
+                _ => {
+                    return Err(CommandError::Other(
+                        "ERR client-id should be greater than 0".into(),
+                    ));
+                }
+            },
+            "ADDR" => filter.addr = Some(text),
+            "LADDR" => filter.laddr = Some(text),
+            "SKIPME" => match text.to_ascii_lowercase().as_str() {
+                "yes" => filter.skip_me = true,
+                "no" => filter.skip_me = false,
+                _ => return Err(CommandError::Syntax),
+            },
+            "TYPE" | "USER" | "MAXAGE" => {}
+            _ => return Err(CommandError::Syntax),
+        }
+    }
+    Ok(filter)
+}
+
+fn kill(ctx: &mut Ctx<'_>, filter: KillFilter) -> CommandResult {
+    let me = ctx.conn.handle.id;
+    let mut killed = 0;
+    for client in ctx.shared.clients.all() {
+        let matches = filter.id.is_none_or(|id| id == client.id)
+            && filter
+                .addr
+                .as_ref()
+                .is_none_or(|a| *a == client.addr.to_string())
+            && filter
+                .laddr
+                .as_ref()
+                .is_none_or(|a| *a == client.laddr.to_string())
+            && !(filter.skip_me && client.id == me);
+        if matches {
+            client.kill.cancel();
+            killed += 1;
+        }
+    }
+    match (filter.legacy, killed) {
+        (true, 0) => Err(CommandError::Other("ERR No such client".into())),
+        (true, _) => reply(Reply::ok()),
+        (false, n) => reply(Reply::Integer(n)),
+    }
+}
+
+/// Redis refuses names with spaces, newlines or other special characters (they would break
+/// CLIENT LIST's line format).
+pub fn validate_client_name(name: &[u8]) -> Result<(), CommandError> {
+    if name.iter().all(|b| (b'!'..=b'~').contains(b)) {
+        Ok(())
+    } else {
+        Err(CommandError::Other(
+            "ERR Client names cannot contain spaces, newlines or special characters.".into(),
+        ))
+    }
+}

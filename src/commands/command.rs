@@ -1,0 +1,242 @@
+//! COMMAND [COUNT | INFO name... | DOCS name... | LIST | HELP]: introspection generated from the
+//! command table, in Redis 7's reply shapes so client libraries and redis-cli can use it.
+
+use bytes::Bytes;
+use flockd_proto::Reply;
+
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta, SubMeta, TABLE, lookup};
+use crate::server::context::{CommandResult, Ctx, reply};
+
+#[derive(Debug)]
+pub enum CommandCmd {
+    All,
+    Count,
+    Info(Vec<Bytes>),
+    Docs(Vec<Bytes>),
+    List,
+    Help,
+}
+
+impl CommandDef for CommandCmd {
+    const META: Meta = Meta {
+        syntax: "COMMAND [COUNT | INFO [name ...] | DOCS [name ...] | LIST]",
+        group: "server",
+        complexity: "O(N) where N is the number of commands",
+        subcommands: &[
+            SubMeta {
+                name: "command|count",
+                arity: 2,
+                summary: "Returns a count of commands.",
+            },
+            SubMeta {
+                name: "command|info",
+                arity: -2,
+                summary: "Returns information about one, multiple or all commands.",
+            },
+            SubMeta {
+                name: "command|docs",
+                arity: -2,
+                summary: "Returns documentary information about one, multiple or all commands.",
+            },
+            SubMeta {
+                name: "command|list",
+                arity: -2,
+                summary: "Returns a list of command names.",
+            },
+            SubMeta {
+                name: "command|help",
+                arity: 2,
+                summary: "Returns helpful text about the different subcommands.",
+            },
+        ],
+        ..Meta::new(
+            "command",
+            -1,
+            CommandFlags {
+                fast: false,
+                ..CommandFlags::READ
+            },
+            "Returns detailed information about all commands.",
+        )
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        let Some(sub) = args.next_keyword() else {
+            return Ok(CommandCmd::All);
+        };
+        let rest = |args: &mut Args| std::iter::from_fn(|| args.next_opt()).collect::<Vec<_>>();
+        Ok(match sub.as_str() {
+            "COUNT" if args.remaining() == 0 => CommandCmd::Count,
+            "COUNT" => return Err(CommandError::WrongArity("command|count".into())),
+            "INFO" => CommandCmd::Info(rest(args)),
+            "DOCS" => CommandCmd::Docs(rest(args)),
+            "LIST" => {
+                // FILTERBY MODULE/ACLCAT/PATTERN are accepted and list everything.
+                rest(args);
+                CommandCmd::List
+            }
+            "HELP" => CommandCmd::Help,
+            other => {
+                return Err(CommandError::UnknownSubcommand {
+                    command: "COMMAND",
+                    sub: super::printable(other.as_bytes(), 64),
+                });
+            }
+        })
+    }
+
+    fn apply(self, _ctx: &mut Ctx<'_>) -> CommandResult {
+        reply(match self {
+            CommandCmd::All => Reply::Array(TABLE.iter().map(info).collect()),
+            CommandCmd::Count => Reply::Integer(TABLE.len() as i64),
+            CommandCmd::Info(names) if names.is_empty() => Reply::Array(TABLE.iter().map(info).collect()),
+            CommandCmd::Info(names) => Reply::Array(
+                names.iter().map(|n| lookup(n).map(|i| info(&TABLE[i])).unwrap_or(Reply::NullArray)).collect(),
+            ),
+            CommandCmd::Docs(names) => {
+                let metas: Vec<&Meta> = if names.is_empty() {
+                    TABLE.iter().collect()
+                } else {
+                    names.iter().filter_map(|n| lookup(n)).map(|i| &TABLE[i]).collect()
+                };
+                Reply::Map(metas.into_iter().map(|m| (Reply::bulk(m.name), docs(m))).collect())
+            }
+            CommandCmd::List => Reply::Array(TABLE.iter().map(|m| Reply::bulk(m.name)).collect()),
+            CommandCmd::Help => Reply::Array(
+                [
+                    "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                    "(no subcommand) -- Return details about all commands.",
+                    "COUNT -- Return the total number of commands.",
+                    "INFO [<command-name> ...] -- Return details about the named commands, or all.",
+                    "DOCS [<command-name> ...] -- Return documentation details about the named commands, or all.",
+                    "LIST -- Return a list of all command names.",
+                    "HELP -- Print this help.",
+                ]
+                .iter()
+                .map(|l| Reply::Simple((*l).into()))
+                .collect(),
+            ),
+        })
+    }
+}
+
+fn info(meta: &Meta) -> Reply {
+    let (first, last, step) = meta.keys;
+    let categories: Vec<Reply> = acl_categories(meta)
+        .iter()
+        .map(|c| Reply::Simple((*c).into()))
+        .collect();
+    let key_specs = if first > 0 {
+        vec![Reply::Map(vec![
+            (
+                Reply::bulk("flags"),
+                Reply::Set(vec![Reply::Simple(
+                    if meta.flags.write { "RW" } else { "RO" }.into(),
+                )]),
+            ),
+            (
+                Reply::bulk("begin_search"),
+                Reply::Map(vec![
+                    (Reply::bulk("type"), Reply::bulk("index")),
+                    (
+                        Reply::bulk("spec"),
+                        Reply::Map(vec![(Reply::bulk("index"), Reply::Integer(first.into()))]),
+                    ),
+                ]),
+            ),
+            (
+                Reply::bulk("find_keys"),
+                Reply::Map(vec![
+                    (Reply::bulk("type"), Reply::bulk("range")),
+                    (
+                        Reply::bulk("spec"),
+                        Reply::Map(vec![
+                            (Reply::bulk("lastkey"), Reply::Integer(0)),
+                            (Reply::bulk("keystep"), Reply::Integer(1)),
+                            (Reply::bulk("limit"), Reply::Integer(0)),
+                        ]),
+                    ),
+                ]),
+            ),
+        ])]
+    } else {
+        vec![]
+    };
+    let subcommands = meta.subcommands.iter().map(sub_info).collect();
+    Reply::Array(vec![
+        Reply::bulk(meta.name),
+        Reply::Integer(meta.arity.into()),
+        Reply::Set(
+            meta.flags
+                .names()
+                .into_iter()
+                .map(|f| Reply::Simple(f.into()))
+                .collect(),
+        ),
+        Reply::Integer(first.into()),
+        Reply::Integer(last.into()),
+        Reply::Integer(step.into()),
+        Reply::Set(categories),
+        Reply::Array(vec![]),
+        Reply::Array(key_specs),
+        Reply::Array(subcommands),
+    ])
+}
+
+fn sub_info(sub: &SubMeta) -> Reply {
+    Reply::Array(vec![
+        Reply::bulk(sub.name),
+        Reply::Integer(sub.arity.into()),
+        Reply::Set(vec![]),
+        Reply::Integer(0),
+        Reply::Integer(0),
+        Reply::Integer(0),
+        Reply::Set(vec![]),
+        Reply::Array(vec![]),
+        Reply::Array(vec![]),
+        Reply::Array(vec![]),
+    ])
+}
+
+fn acl_categories(meta: &Meta) -> Vec<&'static str> {
+    let mut categories = vec![if meta.flags.write { "@write" } else { "@read" }];
+    if meta.flags.fast {
+        categories.push("@fast");
+    }
+    if meta.flags.admin {
+        categories.extend(["@admin", "@dangerous"]);
+    }
+    if meta.flags.blocking {
+        categories.push("@blocking");
+    }
+    if meta.group == "connection" {
+        categories.push("@connection");
+    }
+    categories
+}
+
+fn docs(meta: &Meta) -> Reply {
+    let mut fields = vec![
+        (Reply::bulk("summary"), Reply::bulk(meta.summary)),
+        (Reply::bulk("since"), Reply::bulk(meta.since)),
+        (Reply::bulk("group"), Reply::bulk(meta.group)),
+        (Reply::bulk("complexity"), Reply::bulk(meta.complexity)),
+        (Reply::bulk("syntax"), Reply::bulk(meta.syntax)),
+    ];
+    if !meta.subcommands.is_empty() {
+        let subs = meta
+            .subcommands
+            .iter()
+            .map(|s| {
+                let doc = Reply::Map(vec![
+                    (Reply::bulk("summary"), Reply::bulk(s.summary)),
+                    (Reply::bulk("since"), Reply::bulk(meta.since)),
+                    (Reply::bulk("group"), Reply::bulk(meta.group)),
+                ]);
+                (Reply::bulk(s.name), doc)
+            })
+            .collect();
+        fields.push((Reply::bulk("subcommands"), Reply::Map(subs)));
+    }
+    Reply::Map(fields)
+}

@@ -1,0 +1,182 @@
+//! CONFIG GET pattern [pattern ...]: the running configuration, matched Redis-style (glob).
+//! CONFIG SET and REWRITE are refused: flockd is configured by file, environment and flags.
+
+use bytes::Bytes;
+use flockd_proto::Reply;
+
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta, SubMeta};
+use crate::server::context::{CommandResult, Ctx, reply};
+
+#[derive(Debug)]
+pub enum ConfigCmd {
+    Get(Vec<Bytes>),
+    ResetStat,
+    Help,
+}
+
+impl CommandDef for ConfigCmd {
+    const META: Meta = Meta {
+        syntax: "CONFIG GET parameter [parameter ...]",
+        group: "server",
+        subcommands: &[
+            SubMeta {
+                name: "config|get",
+                arity: -3,
+                summary: "Returns the effective values of configuration parameters.",
+            },
+            SubMeta {
+                name: "config|help",
+                arity: 2,
+                summary: "Returns helpful text about the different subcommands.",
+            },
+        ],
+        ..Meta::new(
+            "config",
+            -2,
+            CommandFlags {
+                admin: true,
+                ..CommandFlags::READ
+            },
+            "A container for server configuration commands.",
+        )
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        let sub = args.next_keyword().unwrap_or_default();
+        match sub.as_str() {
+            "GET" if args.remaining() == 0 => Err(CommandError::WrongArity("config|get".into())),
+            "GET" => Ok(ConfigCmd::Get(std::iter::from_fn(|| args.next_opt()).collect())),
+            "RESETSTAT" => Ok(ConfigCmd::ResetStat),
+            "HELP" => Ok(ConfigCmd::Help),
+            "SET" | "REWRITE" => Err(CommandError::Other(
+                format!("ERR CONFIG {sub} is not supported: set flockd's configuration in its file, FLOCKD_* variables or flags and restart").into(),
+            )),
+            other => Err(CommandError::UnknownSubcommand { command: "CONFIG", sub: super::printable(other.as_bytes(), 64) }),
+        }
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        match self {
+            ConfigCmd::Get(patterns) => {
+                let entries = ctx.shared.config.entries();
+                let pairs = entries
+                    .into_iter()
+                    .filter(|(key, _)| patterns.iter().any(|p| glob_match(&p.to_ascii_lowercase(), key.as_bytes())))
+                    .map(|(key, value)| (Reply::bulk(key), Reply::bulk(value)))
+                    .collect();
+                reply(Reply::Map(pairs))
+            }
+            ConfigCmd::ResetStat => reply(Reply::ok()),
+            ConfigCmd::Help => reply(Reply::Array(vec![
+                Reply::Simple("CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:".into()),
+                Reply::Simple("GET <pattern> -- Return parameters matching the glob-like <pattern> and their values.".into()),
+                Reply::Simple("HELP -- Print this help.".into()),
+            ])),
+        }
+    }
+}
+
+/// Glob matching as Redis's CONFIG GET does it: `*`, `?`, `[abc]`, `[a-z]`, `[^a]`, `\x`.
+/// Iterative with one backtrack point, so no pattern can make it recurse or blow up.
+pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() {
+            match pattern[p] {
+                b'*' => {
+                    star = Some((p, t));
+                    p += 1;
+                    continue;
+                }
+                b'?' => {
+                    p += 1;
+                    t += 1;
+                    continue;
+                }
+                b'[' => {
+                    if let Some((matched, next)) = class_match(pattern, p, text[t]) {
+                        if matched {
+                            p = next;
+                            t += 1;
+                            continue;
+                        }
+                    }
+                }
+                b'\\' if p + 1 < pattern.len() => {
+                    if pattern[p + 1] == text[t] {
+                        p += 2;
+                        t += 1;
+                        continue;
+                    }
+                }
+                c if c == text[t] => {
+                    p += 1;
+                    t += 1;
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        match star {
+            Some((sp, st)) => {
+                p = sp + 1;
+                t = st + 1;
+                star = Some((sp, st + 1));
+            }
+            None => return false,
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// Matches `c` against the class starting at `pattern[start] == b'['`: (matched, index after).
+fn class_match(pattern: &[u8], start: usize, c: u8) -> Option<(bool, usize)> {
+    let mut i = start + 1;
+    let negate = pattern.get(i) == Some(&b'^');
+    if negate {
+        i += 1;
+    }
+    let mut matched = false;
+    while i < pattern.len() && pattern[i] != b']' {
+        if pattern[i] == b'\\' && i + 1 < pattern.len() {
+            matched |= pattern[i + 1] == c;
+            i += 2;
+        } else if i + 2 < pattern.len() && pattern[i + 1] == b'-' && pattern[i + 2] != b']' {
+            let (lo, hi) = (
+                pattern[i].min(pattern[i + 2]),
+                pattern[i].max(pattern[i + 2]),
+            );
+            matched |= (lo..=hi).contains(&c);
+            i += 3;
+        } else {
+            matched |= pattern[i] == c;
+            i += 1;
+        }
+    }
+    if i >= pattern.len() {
+        return None;
+    }
+    Some((matched != negate, i + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs_match_like_redis() {
+        assert!(glob_match(b"*", b"maxclients"));
+        assert!(glob_match(b"max*", b"maxclients"));
+        assert!(glob_match(b"*fsync", b"appendfsync"));
+        assert!(glob_match(b"p?rt", b"port"));
+        assert!(glob_match(b"[mp]*", b"port"));
+        assert!(!glob_match(b"[^p]*", b"port"));
+        assert!(glob_match(b"max-[a-z]*-ms", b"max-lease-ms"));
+        assert!(!glob_match(b"port", b"ports"));
+        assert!(!glob_match(
+            b"a*b*c*d*e*f*g*h*x",
+            b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+        ));
+    }
+}

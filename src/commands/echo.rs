@@ -1,0 +1,29 @@
+//! ECHO message: the message back.
+
+use bytes::Bytes;
+use flockd_proto::Reply;
+
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use crate::server::context::{CommandResult, Ctx, reply};
+
+#[derive(Debug)]
+pub struct Echo {
+    message: Bytes,
+}
+
+impl CommandDef for Echo {
+    const META: Meta = Meta {
+        syntax: "ECHO message",
+        ..Meta::new("echo", 2, CommandFlags::READ, "Returns the given string.")
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        Ok(Echo {
+            message: args.next_bytes()?,
+        })
+    }
+
+    fn apply(self, _ctx: &mut Ctx<'_>) -> CommandResult {
+        reply(Reply::Bulk(self.message))
+    }
+}

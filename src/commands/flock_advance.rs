@@ -1,0 +1,47 @@
+//! FLOCK.ADVANCE name token: admin: make every later token of the lock greater than `token`
+//! (after restoring an old backup). Replies the new counter; never lowers anything.
+
+use bytes::Bytes;
+use flockd_proto::Reply;
+
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use crate::server::context::{CommandResult, Ctx, reply};
+
+#[derive(Debug)]
+pub struct FlockAdvance {
+    name: Bytes,
+    token: u64,
+}
+
+impl CommandDef for FlockAdvance {
+    const META: Meta = Meta {
+        syntax: "FLOCK.ADVANCE name token",
+        keys: (1, 1, 1),
+        group: "flock",
+        ..Meta::new(
+            "flock.advance",
+            3,
+            CommandFlags {
+                admin: true,
+                ..CommandFlags::WRITE
+            },
+            "Makes every later token of the lock greater than the given one (admin).",
+        )
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        Ok(FlockAdvance {
+            name: args.next_lock_name("lock name")?,
+            token: args.next_token()?,
+        })
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        let last = ctx
+            .shared
+            .state
+            .locks
+            .advance(&self.name, self.token, ctx.journal());
+        reply(Reply::Integer(last as i64))
+    }
+}

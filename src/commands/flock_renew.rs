@@ -1,0 +1,48 @@
+//! FLOCK.RENEW name token lease-ms: reset the lease of the holding that `token` belongs to.
+//! Any other token gets -NOTOWNER: a holder never loses its lease silently.
+
+use bytes::Bytes;
+use flockd_proto::Reply;
+
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use crate::server::context::{CommandResult, Ctx, reply};
+
+#[derive(Debug)]
+pub struct FlockRenew {
+    name: Bytes,
+    token: u64,
+    lease_ms: u64,
+}
+
+impl CommandDef for FlockRenew {
+    const META: Meta = Meta {
+        syntax: "FLOCK.RENEW name token lease-ms",
+        keys: (1, 1, 1),
+        group: "flock",
+        ..Meta::new(
+            "flock.renew",
+            4,
+            CommandFlags::WRITE,
+            "Resets the lease of the holding the token belongs to.",
+        )
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        Ok(FlockRenew {
+            name: args.next_lock_name("lock name")?,
+            token: args.next_token()?,
+            lease_ms: args.next_lease()?,
+        })
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        ctx.shared.state.locks.renew(
+            &self.name,
+            self.token,
+            self.lease_ms,
+            ctx.now,
+            ctx.journal(),
+        )?;
+        reply(Reply::Integer(1))
+    }
+}

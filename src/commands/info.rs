@@ -1,0 +1,214 @@
+//! INFO [section ...]: server, clients, stats, persistence, locks and commandstats, in Redis's
+//! `# Section` / `field:value` format so monitoring that reads Redis's INFO can read flockd's.
+
+use std::fmt::Write;
+
+use bytes::Bytes;
+use flockd_proto::Reply;
+
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta, TABLE};
+use crate::server::Shared;
+use crate::server::context::{CommandResult, Ctx, reply};
+use crate::server::stats::read;
+
+const DEFAULT_SECTIONS: &[&str] = &["server", "clients", "stats", "persistence", "locks"];
+const ALL_SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "stats",
+    "persistence",
+    "locks",
+    "commandstats",
+    "keyspace",
+];
+
+#[derive(Debug)]
+pub struct Info {
+    sections: Vec<String>,
+}
+
+impl CommandDef for Info {
+    const META: Meta = Meta {
+        syntax: "INFO [section [section ...]]",
+        group: "server",
+        ..Meta::new(
+            "info",
+            -1,
+            CommandFlags {
+                fast: false,
+                ..CommandFlags::READ
+            },
+            "Returns information and statistics about the server.",
+        )
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        let mut sections = vec![];
+        while let Some(raw) = args.next_opt() {
+            sections.push(String::from_utf8_lossy(&raw).to_ascii_lowercase());
+        }
+        Ok(Info { sections })
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        let wanted: Vec<&str> =
+            if self.sections.is_empty() || self.sections.iter().any(|s| s == "default") {
+                DEFAULT_SECTIONS.to_vec()
+            } else if self
+                .sections
+                .iter()
+                .any(|s| s == "all" || s == "everything")
+            {
+                ALL_SECTIONS.to_vec()
+            } else {
+                ALL_SECTIONS
+                    .iter()
+                    .copied()
+                    .filter(|s| self.sections.iter().any(|w| w == s))
+                    .collect()
+            };
+        let mut text = String::new();
+        for section in wanted {
+            if !text.is_empty() {
+                text.push_str("\r\n");
+            }
+            render(ctx.shared, section, &mut text);
+        }
+        reply(Reply::Verbatim(Bytes::from(text)))
+    }
+}
+
+fn render(shared: &Shared, section: &str, out: &mut String) {
+    // A name starting with '#' is a section header line.
+    let mut field = |name: &str, value: &dyn std::fmt::Display| {
+        let _ = if name.starts_with('#') {
+            write!(out, "{name}\r\n")
+        } else {
+            write!(out, "{name}:{value}\r\n")
+        };
+    };
+    match section {
+        "server" => {
+            field("# Server", &"");
+            field("redis_version", &super::hello::REDIS_COMPAT_VERSION);
+            field("flockd_version", &env!("CARGO_PKG_VERSION"));
+            field("redis_mode", &"standalone");
+            field("os", &std::env::consts::OS);
+            field("arch_bits", &(usize::BITS));
+            field("process_id", &std::process::id());
+            field("tcp_port", &shared.local_addr.port());
+            field("uptime_in_seconds", &shared.started.elapsed().as_secs());
+            field(
+                "uptime_in_days",
+                &(shared.started.elapsed().as_secs() / 86_400),
+            );
+            field(
+                "executable",
+                &std::env::current_exe()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            );
+        }
+        "clients" => {
+            field("# Clients", &"");
+            field("connected_clients", &shared.clients.connected());
+            field("maxclients", &shared.config.maxclients);
+            field("blocked_clients", &shared.clients.blocked());
+        }
+        "stats" => {
+            let s = &shared.stats;
+            field("# Stats", &"");
+            field("total_connections_received", &read(&s.connections_received));
+            field("total_commands_processed", &read(&s.commands_processed));
+            field("total_net_input_bytes", &read(&s.net_input_bytes));
+            field("total_net_output_bytes", &read(&s.net_output_bytes));
+            field("rejected_connections", &read(&s.rejected_connections));
+            field(
+                "total_error_replies",
+                &s.commands
+                    .iter()
+                    .map(|c| read(&c.failed) + read(&c.rejected))
+                    .sum::<u64>(),
+            );
+            field("unknown_commands", &read(&s.unknown_commands));
+            field("protocol_errors", &read(&s.protocol_errors));
+        }
+        "persistence" => {
+            let a = shared.aof.stats();
+            field("# Persistence", &"");
+            field("loading", &0);
+            field("aof_enabled", &1);
+            field("aof_fsync", &a.fsync_policy);
+            field("aof_rewrite_in_progress", &u8::from(a.rewrite_in_progress));
+            field("aof_rewrites", &a.rewrites);
+            field(
+                "aof_last_rewrite_time_ms",
+                &a.last_rewrite_duration.map_or(-1, |d| d.as_millis() as i64),
+            );
+            field(
+                "aof_last_bgrewrite_status",
+                &if a.last_rewrite_ok { "ok" } else { "err" },
+            );
+            field(
+                "aof_last_write_status",
+                &if a.write_failed { "err" } else { "ok" },
+            );
+            field("aof_last_error", &a.last_error.as_deref().unwrap_or(""));
+            field("aof_current_size", &a.file_size);
+            field("aof_base_size", &a.size_at_last_rewrite);
+            field("aof_records_written", &a.records_written);
+            field("aof_fsyncs", &a.fsyncs);
+            field("aof_acks_per_fsync", &format!("{:.2}", a.acks_per_fsync));
+            field(
+                "aof_last_fsync_unix_ms",
+                &a.last_fsync_unix_ms.map_or(-1, |ms| ms as i64),
+            );
+            field("aof_batches", &a.batches);
+            field("aof_loaded_records", &shared.replayed.records);
+            field("aof_load_time_ms", &shared.replayed.elapsed.as_millis());
+        }
+        "locks" => {
+            let l = shared.state.locks.stats();
+            let f = shared.state.fences.stats();
+            field("# Locks", &"");
+            field("lock_names", &l.names);
+            field("locks_held", &l.locks_held);
+            field("lock_waiters", &l.waiters);
+            field("tokens_issued", &l.tokens_issued);
+            field("grants", &l.grants);
+            field("releases", &l.releases);
+            field("expirations", &l.expirations);
+            field("force_releases", &l.force_releases);
+            field("notowner_rejections", &l.notowner_rejections);
+            field("fence_keys", &f.keys);
+            field("fence_writes_accepted", &f.accepted);
+            field("fence_writes_refused", &f.refused);
+        }
+        "commandstats" => {
+            field("# Commandstats", &"");
+            for (meta, stat) in TABLE.iter().zip(&shared.stats.commands) {
+                let calls = read(&stat.calls);
+                let (rejected, failed) = (read(&stat.rejected), read(&stat.failed));
+                if calls + rejected == 0 {
+                    continue;
+                }
+                let usec = read(&stat.usec);
+                let per_call = if calls > 0 {
+                    usec as f64 / calls as f64
+                } else {
+                    0.0
+                };
+                field(
+                    &format!("cmdstat_{}", meta.name),
+                    &format!(
+                        "calls={calls},usec={usec},usec_per_call={per_call:.2},rejected_calls={rejected},failed_calls={failed}"
+                    ),
+                );
+            }
+        }
+        "keyspace" => {
+            field("# Keyspace", &"");
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,107 @@
+//! Command metadata: what `COMMAND`, arity checks and authentication gating read.
+
+/// Behaviour flags the server acts on (the `COMMAND` output lists them Redis-style).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommandFlags {
+    /// Changes state: refused with -MISCONF while the AOF cannot be written.
+    pub write: bool,
+    /// Allowed before AUTH.
+    pub no_auth: bool,
+    /// May block the connection (WAIT).
+    pub blocking: bool,
+    pub admin: bool,
+    pub fast: bool,
+}
+
+impl CommandFlags {
+    pub const READ: CommandFlags = CommandFlags {
+        write: false,
+        no_auth: false,
+        blocking: false,
+        admin: false,
+        fast: true,
+    };
+    pub const WRITE: CommandFlags = CommandFlags {
+        write: true,
+        ..CommandFlags::READ
+    };
+
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut names = vec![];
+        if self.write {
+            names.push("write");
+        } else {
+            names.push("readonly");
+        }
+        if self.admin {
+            names.push("admin");
+        }
+        if self.no_auth {
+            names.push("no_auth");
+        }
+        if self.blocking {
+            names.push("blocking");
+        }
+        if self.fast {
+            names.push("fast");
+        }
+        names
+    }
+}
+
+#[derive(Debug)]
+pub struct SubMeta {
+    pub name: &'static str,
+    pub arity: i32,
+    pub summary: &'static str,
+}
+
+#[derive(Debug)]
+pub struct Meta {
+    /// Lower-case name, as Redis lists it.
+    pub name: &'static str,
+    /// Redis convention: N means exactly N arguments including the name, -N at least N.
+    pub arity: i32,
+    pub flags: CommandFlags,
+    /// Position of the first key (lock name / fence key), 0 if none; last key; step.
+    pub keys: (i32, i32, i32),
+    pub group: &'static str,
+    pub since: &'static str,
+    pub summary: &'static str,
+    pub complexity: &'static str,
+    /// `name arg [opt]` as shown in docs.
+    pub syntax: &'static str,
+    pub subcommands: &'static [SubMeta],
+}
+
+impl Meta {
+    pub const fn new(
+        name: &'static str,
+        arity: i32,
+        flags: CommandFlags,
+        summary: &'static str,
+    ) -> Meta {
+        Meta {
+            name,
+            arity,
+            flags,
+            keys: (0, 0, 0),
+            group: "connection",
+            since: "0.1.0",
+            summary,
+            complexity: "O(1)",
+            syntax: "",
+            subcommands: &[],
+        }
+    }
+
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let argc = argc as i64;
+        let arity = self.arity as i64;
+        if arity >= 0 {
+            argc == arity
+        } else {
+            argc >= -arity
+        }
+    }
+}

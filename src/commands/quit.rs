@@ -1,0 +1,33 @@
+//! QUIT: +OK, then the server closes the connection.
+
+use flockd_proto::Reply;
+
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use crate::server::context::{CommandResult, Ctx, Outcome};
+
+#[derive(Debug)]
+pub struct Quit;
+
+impl CommandDef for Quit {
+    const META: Meta = Meta {
+        syntax: "QUIT",
+        ..Meta::new(
+            "quit",
+            -1,
+            CommandFlags {
+                no_auth: true,
+                ..CommandFlags::READ
+            },
+            "Closes the connection.",
+        )
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        while args.next_opt().is_some() {}
+        Ok(Quit)
+    }
+
+    fn apply(self, _ctx: &mut Ctx<'_>) -> CommandResult {
+        Ok(Outcome::ReplyAndClose(Reply::ok()))
+    }
+}

@@ -1,0 +1,40 @@
+//! RESET: back to a fresh connection's state (RESP2, no name, not authenticated when a password
+//! is set).
+
+use flockd_proto::{ProtocolVersion, Reply};
+
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use crate::server::context::{CommandResult, Ctx, reply};
+
+#[derive(Debug)]
+pub struct Reset;
+
+impl CommandDef for Reset {
+    const META: Meta = Meta {
+        syntax: "RESET",
+        ..Meta::new(
+            "reset",
+            1,
+            CommandFlags {
+                no_auth: true,
+                ..CommandFlags::READ
+            },
+            "Resets the connection.",
+        )
+    };
+
+    fn parse(_args: &mut Args) -> Result<Self, CommandError> {
+        Ok(Reset)
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        ctx.conn.protocol = ProtocolVersion::Resp2;
+        ctx.conn
+            .handle
+            .resp
+            .store(2, std::sync::atomic::Ordering::Relaxed);
+        ctx.conn.authenticated = ctx.shared.config.requirepass.is_none();
+        ctx.conn.handle.names.lock().name = None;
+        reply(Reply::Simple("RESET".into()))
+    }
+}

@@ -1,0 +1,36 @@
+//! SELECT index: flockd has one keyspace, database 0; any other index is refused.
+
+use flockd_proto::Reply;
+
+use super::args::parse_i64;
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use crate::server::context::{CommandResult, Ctx, reply};
+
+#[derive(Debug)]
+pub struct Select {
+    index: i64,
+}
+
+impl CommandDef for Select {
+    const META: Meta = Meta {
+        syntax: "SELECT index",
+        ..Meta::new(
+            "select",
+            2,
+            CommandFlags::READ,
+            "Selects database 0, the only one.",
+        )
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        let index = parse_i64(&args.next_bytes()?).ok_or(CommandError::NotInteger)?;
+        Ok(Select { index })
+    }
+
+    fn apply(self, _ctx: &mut Ctx<'_>) -> CommandResult {
+        match self.index {
+            0 => reply(Reply::ok()),
+            _ => Err(CommandError::Other("ERR DB index is out of range".into())),
+        }
+    }
+}

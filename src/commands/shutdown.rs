@@ -1,0 +1,51 @@
+//! SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: stop the server as SIGTERM does (the AOF is
+//! flushed and fsynced whatever the options say; there is nothing to skip).
+
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use crate::server::context::{CommandResult, Ctx, Outcome};
+
+#[derive(Debug)]
+pub struct Shutdown {
+    abort: bool,
+}
+
+impl CommandDef for Shutdown {
+    const META: Meta = Meta {
+        syntax: "SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]",
+        group: "server",
+        ..Meta::new(
+            "shutdown",
+            -1,
+            CommandFlags {
+                admin: true,
+                fast: false,
+                ..CommandFlags::READ
+            },
+            "Flushes the AOF and stops the server.",
+        )
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        let mut abort = false;
+        while let Some(option) = args.next_keyword() {
+            match option.as_str() {
+                "NOSAVE" | "SAVE" | "NOW" | "FORCE" => {}
+                "ABORT" => abort = true,
+                _ => return Err(CommandError::Syntax),
+            }
+        }
+        Ok(Shutdown { abort })
+    }
+
+    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        if self.abort {
+            return Err(CommandError::Other("ERR No shutdown in progress.".into()));
+        }
+        tracing::info!(
+            client = ctx.conn.handle.id,
+            "SHUTDOWN requested by a client"
+        );
+        ctx.shared.shutdown.cancel();
+        Ok(Outcome::Close)
+    }
+}

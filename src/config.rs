@@ -1,0 +1,558 @@
+//! Settings: built-in defaults, then the TOML file (`--config`), then `FLOCKD_*` environment
+//! variables, then command-line flags, each overriding the one before. clap reads flags and the
+//! environment together (a flag wins over its variable); the file fills in what neither gave.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use flockd_aof::FsyncPolicy;
+use serde::Deserialize;
+
+/// Everything the daemon runs with, after layering and validation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub bind: IpAddr,
+    pub port: u16,
+    pub dir: PathBuf,
+    pub appendfilename: String,
+    pub appendfsync: FsyncPolicy,
+    pub requirepass: Option<String>,
+    pub maxclients: usize,
+    pub log_format: LogFormat,
+    pub log_level: String,
+    pub max_name_bytes: usize,
+    pub max_lease_ms: u64,
+    pub max_wait_ms: u64,
+    pub proto_max_bulk_len: usize,
+    pub client_query_buffer_limit: usize,
+    pub max_args: usize,
+    pub max_inline_len: usize,
+    pub auto_aof_rewrite_min_size: u64,
+    pub auto_aof_rewrite_percentage: u64,
+    pub shutdown_timeout_ms: u64,
+    pub worker_threads: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: IpAddr::from([127, 0, 0, 1]),
+            port: 6390,
+            dir: PathBuf::from("./data"),
+            appendfilename: "flockd.aof".to_string(),
+            appendfsync: FsyncPolicy::Always,
+            requirepass: None,
+            maxclients: 10_000,
+            log_format: LogFormat::Text,
+            log_level: "info".to_string(),
+            max_name_bytes: 1024,
+            max_lease_ms: 86_400_000,
+            max_wait_ms: 3_600_000,
+            proto_max_bulk_len: 512 * 1024 * 1024,
+            client_query_buffer_limit: 1024 * 1024 * 1024,
+            max_args: 1024 * 1024,
+            max_inline_len: 64 * 1024,
+            auto_aof_rewrite_min_size: 64 * 1024 * 1024,
+            auto_aof_rewrite_percentage: 100,
+            shutdown_timeout_ms: 10_000,
+            worker_threads: 0,
+        }
+    }
+}
+
+impl Config {
+    pub fn aof_path(&self) -> PathBuf {
+        self.dir.join(&self.appendfilename)
+    }
+
+    /// Every key with its current value as CONFIG GET shows it (Redis-style names).
+    pub fn entries(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("bind", self.bind.to_string()),
+            ("port", self.port.to_string()),
+            ("dir", self.dir.display().to_string()),
+            ("appendonly", "yes".to_string()),
+            ("appendfilename", self.appendfilename.clone()),
+            ("appendfsync", self.appendfsync.to_string()),
+            ("requirepass", self.requirepass.clone().unwrap_or_default()),
+            ("maxclients", self.maxclients.to_string()),
+            ("log-format", self.log_format.as_str().to_string()),
+            ("log-level", self.log_level.clone()),
+            ("max-name-bytes", self.max_name_bytes.to_string()),
+            ("max-lease-ms", self.max_lease_ms.to_string()),
+            ("max-wait-ms", self.max_wait_ms.to_string()),
+            ("proto-max-bulk-len", self.proto_max_bulk_len.to_string()),
+            (
+                "client-query-buffer-limit",
+                self.client_query_buffer_limit.to_string(),
+            ),
+            ("max-args", self.max_args.to_string()),
+            ("max-inline-len", self.max_inline_len.to_string()),
+            (
+                "auto-aof-rewrite-min-size",
+                self.auto_aof_rewrite_min_size.to_string(),
+            ),
+            (
+                "auto-aof-rewrite-percentage",
+                self.auto_aof_rewrite_percentage.to_string(),
+            ),
+            ("shutdown-timeout-ms", self.shutdown_timeout_ms.to_string()),
+            ("worker-threads", self.worker_threads.to_string()),
+            ("databases", "1".to_string()),
+        ]
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl LogFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("bad config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("bad value for '{key}': {value} (allowed: {allowed})")]
+    Invalid {
+        key: &'static str,
+        value: String,
+        allowed: &'static str,
+    },
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "flockd",
+    version,
+    about = "A lock server that speaks the Redis protocol and hands out fencing tokens"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Tool>,
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Tool {
+    /// Check an append-only file, and with --fix cut off a damaged tail.
+    CheckAof {
+        /// Truncate the file at the first bad record when nothing valid follows it.
+        #[arg(long)]
+        fix: bool,
+        file: PathBuf,
+    },
+    /// PING the server this configuration describes (a container health check); exit 0 on PONG.
+    Ping,
+}
+
+/// One optional value per key, from a flag or a FLOCKD_* variable; `None` lets the file or the
+/// default decide.
+#[derive(Debug, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Settings {
+    /// TOML config file (every key: config/flockd.toml).
+    #[arg(long, env = "FLOCKD_CONFIG", value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, env = "FLOCKD_BIND", value_name = "ADDR")]
+    pub bind: Option<String>,
+    /// Port to listen on; 0 picks a free one (the ready line names it).
+    #[arg(long, env = "FLOCKD_PORT", value_name = "N")]
+    pub port: Option<u32>,
+    /// Directory of the append-only file.
+    #[arg(long, env = "FLOCKD_DIR", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// File name of the append-only file inside `dir`.
+    #[arg(long, env = "FLOCKD_APPENDFILENAME", value_name = "NAME")]
+    pub appendfilename: Option<String>,
+    /// When to fsync the append-only file: always (before each reply), everysec, no.
+    #[arg(long, env = "FLOCKD_APPENDFSYNC", value_name = "always|everysec|no")]
+    pub appendfsync: Option<String>,
+    /// Password clients must send with AUTH (or HELLO ... AUTH) first.
+    #[arg(
+        long,
+        env = "FLOCKD_REQUIREPASS",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    pub requirepass: Option<String>,
+    /// Maximum number of connected clients.
+    #[arg(long, env = "FLOCKD_MAXCLIENTS", value_name = "N")]
+    pub maxclients: Option<u64>,
+    /// Log format: text or json.
+    #[arg(long, env = "FLOCKD_LOG_FORMAT", value_name = "text|json")]
+    pub log_format: Option<String>,
+    /// Log filter, RUST_LOG style (RUST_LOG itself wins when set).
+    #[arg(long, env = "FLOCKD_LOG_LEVEL", value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// Longest lock name, fence key or owner id, in bytes.
+    #[arg(long, env = "FLOCKD_MAX_NAME_BYTES", value_name = "N")]
+    pub max_name_bytes: Option<u64>,
+    /// Longest lease a client may ask for, in ms.
+    #[arg(long, env = "FLOCKD_MAX_LEASE_MS", value_name = "MS")]
+    pub max_lease_ms: Option<u64>,
+    /// Longest WAIT a client may ask for, in ms.
+    #[arg(long, env = "FLOCKD_MAX_WAIT_MS", value_name = "MS")]
+    pub max_wait_ms: Option<u64>,
+    /// Largest bulk string in a request, in bytes.
+    #[arg(long, env = "FLOCKD_PROTO_MAX_BULK_LEN", value_name = "BYTES")]
+    pub proto_max_bulk_len: Option<u64>,
+    /// Most bytes buffered for one client's unparsed input.
+    #[arg(long, env = "FLOCKD_CLIENT_QUERY_BUFFER_LIMIT", value_name = "BYTES")]
+    pub client_query_buffer_limit: Option<u64>,
+    /// Most arguments in one command.
+    #[arg(long, env = "FLOCKD_MAX_ARGS", value_name = "N")]
+    pub max_args: Option<u64>,
+    /// Longest inline command line, in bytes.
+    #[arg(long, env = "FLOCKD_MAX_INLINE_LEN", value_name = "BYTES")]
+    pub max_inline_len: Option<u64>,
+    /// Rewrite the AOF automatically only once it is at least this big.
+    #[arg(long, env = "FLOCKD_AUTO_AOF_REWRITE_MIN_SIZE", value_name = "BYTES")]
+    pub auto_aof_rewrite_min_size: Option<u64>,
+    /// Rewrite the AOF when it grew by this percentage since the last rewrite; 0 disables.
+    #[arg(long, env = "FLOCKD_AUTO_AOF_REWRITE_PERCENTAGE", value_name = "PCT")]
+    pub auto_aof_rewrite_percentage: Option<u64>,
+    /// How long a shutdown waits for connections to finish their command in flight.
+    #[arg(long, env = "FLOCKD_SHUTDOWN_TIMEOUT_MS", value_name = "MS")]
+    pub shutdown_timeout_ms: Option<u64>,
+    /// Tokio worker threads; 0 means one per core.
+    #[arg(long, env = "FLOCKD_WORKER_THREADS", value_name = "N")]
+    pub worker_threads: Option<u64>,
+}
+
+impl Settings {
+    /// Fills every key this one lacks from `lower` (the config file).
+    fn or(self, lower: Settings) -> Settings {
+        Settings {
+            config: self.config,
+            bind: self.bind.or(lower.bind),
+            port: self.port.or(lower.port),
+            dir: self.dir.or(lower.dir),
+            appendfilename: self.appendfilename.or(lower.appendfilename),
+            appendfsync: self.appendfsync.or(lower.appendfsync),
+            requirepass: self.requirepass.or(lower.requirepass),
+            maxclients: self.maxclients.or(lower.maxclients),
+            log_format: self.log_format.or(lower.log_format),
+            log_level: self.log_level.or(lower.log_level),
+            max_name_bytes: self.max_name_bytes.or(lower.max_name_bytes),
+            max_lease_ms: self.max_lease_ms.or(lower.max_lease_ms),
+            max_wait_ms: self.max_wait_ms.or(lower.max_wait_ms),
+            proto_max_bulk_len: self.proto_max_bulk_len.or(lower.proto_max_bulk_len),
+            client_query_buffer_limit: self
+                .client_query_buffer_limit
+                .or(lower.client_query_buffer_limit),
+            max_args: self.max_args.or(lower.max_args),
+            max_inline_len: self.max_inline_len.or(lower.max_inline_len),
+            auto_aof_rewrite_min_size: self
+                .auto_aof_rewrite_min_size
+                .or(lower.auto_aof_rewrite_min_size),
+            auto_aof_rewrite_percentage: self
+                .auto_aof_rewrite_percentage
+                .or(lower.auto_aof_rewrite_percentage),
+            shutdown_timeout_ms: self.shutdown_timeout_ms.or(lower.shutdown_timeout_ms),
+            worker_threads: self.worker_threads.or(lower.worker_threads),
+        }
+    }
+
+    /// Layers flags and environment over the config file over the defaults, and validates.
+    pub fn resolve(self) -> Result<Config, ConfigError> {
+        let from_file = match &self.config {
+            Some(path) => read_file(path)?,
+            None => Settings::default(),
+        };
+        self.or(from_file).validate()
+    }
+
+    fn validate(self) -> Result<Config, ConfigError> {
+        let defaults = Config::default();
+        let bind = match self.bind {
+            None => defaults.bind,
+            Some(text) => text.parse().map_err(|_| ConfigError::Invalid {
+                key: "bind",
+                value: text,
+                allowed: "an IPv4 or IPv6 address, e.g. 127.0.0.1 or ::1",
+            })?,
+        };
+        let appendfsync = match self.appendfsync {
+            None => defaults.appendfsync,
+            Some(text) => text.parse().map_err(|_| ConfigError::Invalid {
+                key: "appendfsync",
+                value: text,
+                allowed: "always, everysec, no",
+            })?,
+        };
+        let log_format = match self.log_format {
+            None => defaults.log_format,
+            Some(text) => LogFormat::from_str(&text, true).map_err(|_| ConfigError::Invalid {
+                key: "log-format",
+                value: text,
+                allowed: "text, json",
+            })?,
+        };
+        let appendfilename = match self.appendfilename {
+            None => defaults.appendfilename,
+            Some(name) if is_plain_file_name(&name) => name,
+            Some(name) => {
+                return Err(ConfigError::Invalid {
+                    key: "appendfilename",
+                    value: name,
+                    allowed: "a file name without '/' (the file lives in `dir`)",
+                });
+            }
+        };
+        let requirepass = match self.requirepass {
+            Some(p) if p.is_empty() => None,
+            other => other,
+        };
+        Ok(Config {
+            bind,
+            port: ranged(
+                "port",
+                self.port.map(u64::from),
+                defaults.port.into(),
+                0,
+                65_535,
+                "0..=65535",
+            )? as u16,
+            dir: self.dir.unwrap_or(defaults.dir),
+            appendfilename,
+            appendfsync,
+            requirepass,
+            maxclients: ranged(
+                "maxclients",
+                self.maxclients,
+                defaults.maxclients as u64,
+                1,
+                1_000_000,
+                "1..=1000000",
+            )? as usize,
+            log_format,
+            log_level: self.log_level.unwrap_or(defaults.log_level),
+            max_name_bytes: ranged(
+                "max-name-bytes",
+                self.max_name_bytes,
+                1024,
+                1,
+                1 << 20,
+                "1..=1048576",
+            )? as usize,
+            max_lease_ms: ranged(
+                "max-lease-ms",
+                self.max_lease_ms,
+                defaults.max_lease_ms,
+                1,
+                1 << 40,
+                "1..=1099511627776",
+            )?,
+            max_wait_ms: ranged(
+                "max-wait-ms",
+                self.max_wait_ms,
+                defaults.max_wait_ms,
+                0,
+                1 << 40,
+                "0..=1099511627776",
+            )?,
+            proto_max_bulk_len: ranged(
+                "proto-max-bulk-len",
+                self.proto_max_bulk_len,
+                defaults.proto_max_bulk_len as u64,
+                1024,
+                1 << 32,
+                "1024..=4294967296",
+            )? as usize,
+            client_query_buffer_limit: ranged(
+                "client-query-buffer-limit",
+                self.client_query_buffer_limit,
+                defaults.client_query_buffer_limit as u64,
+                1024 * 1024,
+                1 << 34,
+                "1048576..=17179869184",
+            )? as usize,
+            max_args: ranged(
+                "max-args",
+                self.max_args,
+                defaults.max_args as u64,
+                16,
+                1 << 27,
+                "16..=134217728",
+            )? as usize,
+            max_inline_len: ranged(
+                "max-inline-len",
+                self.max_inline_len,
+                defaults.max_inline_len as u64,
+                256,
+                1 << 30,
+                "256..=1073741824",
+            )? as usize,
+            auto_aof_rewrite_min_size: ranged(
+                "auto-aof-rewrite-min-size",
+                self.auto_aof_rewrite_min_size,
+                defaults.auto_aof_rewrite_min_size,
+                0,
+                u64::MAX,
+                "any size in bytes",
+            )?,
+            auto_aof_rewrite_percentage: ranged(
+                "auto-aof-rewrite-percentage",
+                self.auto_aof_rewrite_percentage,
+                defaults.auto_aof_rewrite_percentage,
+                0,
+                1_000_000,
+                "0..=1000000 (0 disables)",
+            )?,
+            shutdown_timeout_ms: ranged(
+                "shutdown-timeout-ms",
+                self.shutdown_timeout_ms,
+                defaults.shutdown_timeout_ms,
+                0,
+                3_600_000,
+                "0..=3600000",
+            )?,
+            worker_threads: ranged(
+                "worker-threads",
+                self.worker_threads,
+                0,
+                0,
+                1024,
+                "0..=1024",
+            )? as usize,
+        })
+    }
+}
+
+fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains('/') && name != "." && name != ".."
+}
+
+fn ranged(
+    key: &'static str,
+    value: Option<u64>,
+    default: u64,
+    min: u64,
+    max: u64,
+    allowed: &'static str,
+) -> Result<u64, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) if (min..=max).contains(&v) => Ok(v),
+        Some(v) => Err(ConfigError::Invalid {
+            key,
+            value: v.to_string(),
+            allowed,
+        }),
+    }
+}
+
+fn read_file(path: &Path) -> Result<Settings, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(args: &[&str]) -> Settings {
+        let mut argv = vec!["flockd"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).expect("flags parse").settings
+    }
+
+    #[test]
+    fn defaults_serve_out_of_the_box() {
+        let config = settings(&[]).validate().unwrap();
+        assert_eq!(config, Config::default());
+        assert_eq!(config.port, 6390);
+        assert_eq!(config.aof_path(), PathBuf::from("./data/flockd.aof"));
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = std::env::temp_dir().join(format!("flockd-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("flockd.toml");
+        std::fs::write(
+            &file,
+            "port = 7000\nappendfsync = \"everysec\"\nmaxclients = 5\n",
+        )
+        .unwrap();
+        let config = settings(&["--config", file.to_str().unwrap(), "--port", "7001"])
+            .resolve()
+            .unwrap();
+        assert_eq!(config.port, 7001);
+        assert_eq!(config.appendfsync, FsyncPolicy::EverySec);
+        assert_eq!(config.maxclients, 5);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_the_allowed_values() {
+        let err = settings(&["--appendfsync", "sometimes"])
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("'appendfsync'") && err.contains("always, everysec, no"),
+            "{err}"
+        );
+        let err = settings(&["--port", "70000"])
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("'port'") && err.contains("0..=65535"), "{err}");
+        let err = settings(&["--maxclients", "0"])
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("'maxclients'"), "{err}");
+    }
+
+    #[test]
+    fn unknown_and_mistyped_file_keys_are_refused() {
+        let err = toml::from_str::<Settings>("prot = 1")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("prot"), "{err}");
+        let err = toml::from_str::<Settings>("port = \"high\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("port"), "{err}");
+    }
+
+    #[test]
+    fn the_shipped_config_file_matches_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/flockd.toml");
+        let config = Settings {
+            config: Some(path),
+            ..Settings::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(config, Config::default());
+    }
+}
