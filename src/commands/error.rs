@@ -28,7 +28,7 @@ pub enum CommandError {
     UnknownSubcommand { command: &'static str, sub: String },
     #[error("{0}")]
     NotOwner(#[from] flockd_core::LockError),
-    #[error("MISCONF Errors writing to the AOF file: {0}")]
+    #[error("MISCONF {0}")]
     Misconf(String),
     #[error("NOAUTH Authentication required.")]
     NoAuth,
