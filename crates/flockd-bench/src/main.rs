@@ -1,0 +1,2 @@
+//! flockd-bench: placeholder until the benchmark tool lands.
+fn main() {}
