@@ -15,7 +15,14 @@ pub enum Change {
     /// A grant, first or reentrant. After it the lock is held with `holds` holds by `owner`,
     /// tokens `first_token..=token` belong to this holding, and the lease is `lease_ms` long.
     /// The name's counter becomes at least `token`.
-    Grant { name: Bytes, token: u64, first_token: u64, holds: u32, owner: Option<Bytes>, lease_ms: u64 },
+    Grant {
+        name: Bytes,
+        token: u64,
+        first_token: u64,
+        holds: u32,
+        owner: Option<Bytes>,
+        lease_ms: u64,
+    },
     /// The current holding's lease was reset to `lease_ms` from the moment of the change.
     Renew { name: Bytes, lease_ms: u64 },
     /// One hold was removed; `holds_left` remain (0: the lock is free).
@@ -28,7 +35,11 @@ pub enum Change {
     /// a snapshot).
     Advance { name: Bytes, token: u64 },
     /// A fence write was accepted: `key` now holds `value` at `token`.
-    FenceSet { key: Bytes, token: u64, value: Bytes },
+    FenceSet {
+        key: Bytes,
+        token: u64,
+        value: Bytes,
+    },
     /// Every name's counter is at least `token` (the global floor raised when idle names are
     /// forgotten to bound memory).
     Floor { token: u64 },

@@ -5,7 +5,8 @@ use crate::Change;
 
 /// Receives every state change, called while the changed entry is still locked so that the
 /// records of one lock are in the order the changes were applied. Must not block or do I/O:
-/// queue the record and return.
+/// queue the record and return. Must not call back into the table or the fence register either
+/// (the entry is locked).
 pub trait Journal: Send + Sync {
     fn append(&self, change: Change);
 }

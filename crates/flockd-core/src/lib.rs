@@ -15,9 +15,11 @@ pub mod time;
 
 pub use change::Change;
 pub use error::LockError;
-pub use fence::FenceRegister;
-pub use journal::{Journal, NullJournal};
-pub use table::{AcquireOutcome, AcquireRequest, CancelOutcome, LockStats, LockStatus, LockTable, WaitTicket};
+pub use fence::{FenceRegister, FenceStats};
+pub use journal::{Journal, MemoryJournal, NullJournal};
+pub use table::{
+    AcquireOutcome, AcquireRequest, CancelOutcome, LockStats, LockStatus, LockTable, WaitTicket,
+};
 pub use time::Millis;
 
 /// The largest token or counter value: tokens must fit a signed 64-bit integer (a SQL BIGINT).
