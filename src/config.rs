@@ -32,6 +32,7 @@ pub struct Config {
     pub auto_aof_rewrite_percentage: u64,
     pub shutdown_timeout_ms: u64,
     pub worker_threads: usize,
+    pub max_idle_names: usize,
 }
 
 impl Default for Config {
@@ -57,6 +58,7 @@ impl Default for Config {
             auto_aof_rewrite_percentage: 100,
             shutdown_timeout_ms: 10_000,
             worker_threads: 0,
+            max_idle_names: 1_000_000,
         }
     }
 }
@@ -99,6 +101,7 @@ impl Config {
             ),
             ("shutdown-timeout-ms", self.shutdown_timeout_ms.to_string()),
             ("worker-threads", self.worker_threads.to_string()),
+            ("max-idle-names", self.max_idle_names.to_string()),
             ("databases", "1".to_string()),
         ]
     }
@@ -146,6 +149,11 @@ pub enum ConfigError {
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Tool>,
+    /// After loading the AOF, raise every lock's token counter by N before serving: use it once
+    /// when starting from a restored (older) AOF, with N above the grants per lock since the
+    /// backup. Not a config-file key on purpose: it must not repeat on every restart.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=(i64::MAX as u64)))]
+    pub bump_tokens: Option<u64>,
     #[command(flatten)]
     pub settings: Settings,
 }
@@ -237,6 +245,10 @@ pub struct Settings {
     /// Tokio worker threads; 0 means one per core.
     #[arg(long, env = "FLOCKD_WORKER_THREADS", value_name = "N")]
     pub worker_threads: Option<u64>,
+    /// Most free lock names whose counters are kept individually; beyond it the least recently
+    /// used are forgotten and a global token floor keeps their next tokens higher. 0: no bound.
+    #[arg(long, env = "FLOCKD_MAX_IDLE_NAMES", value_name = "N")]
+    pub max_idle_names: Option<u64>,
 }
 
 impl Settings {
@@ -270,6 +282,7 @@ impl Settings {
                 .or(lower.auto_aof_rewrite_percentage),
             shutdown_timeout_ms: self.shutdown_timeout_ms.or(lower.shutdown_timeout_ms),
             worker_threads: self.worker_threads.or(lower.worker_threads),
+            max_idle_names: self.max_idle_names.or(lower.max_idle_names),
         }
     }
 
@@ -434,6 +447,14 @@ impl Settings {
                 0,
                 1024,
                 "0..=1024",
+            )? as usize,
+            max_idle_names: ranged(
+                "max-idle-names",
+                self.max_idle_names,
+                defaults.max_idle_names as u64,
+                0,
+                1 << 40,
+                "0..=1099511627776 (0: no bound)",
             )? as usize,
         })
     }

@@ -111,7 +111,18 @@ pub fn int_in_range(
     what: &'static str,
     range: RangeInclusive<u64>,
 ) -> Result<u64, CommandError> {
-    let value = parse_i64(raw).ok_or(CommandError::NotInteger)?;
+    let Some(value) = parse_i64(raw) else {
+        // An integer too big for 64 bits is still an integer: out of range, named.
+        return Err(if is_overflowing_integer(raw) {
+            CommandError::OutOfRange {
+                what,
+                min: *range.start(),
+                max: *range.end(),
+            }
+        } else {
+            CommandError::NotInteger
+        });
+    };
     match u64::try_from(value) {
         Ok(v) if range.contains(&v) => Ok(v),
         _ => Err(CommandError::OutOfRange {
@@ -120,6 +131,13 @@ pub fn int_in_range(
             max: *range.end(),
         }),
     }
+}
+
+/// A well-formed decimal integer (optional '-', no leading zeros) with more than 18 digits: one
+/// that `parse_i64` refused only for its size.
+fn is_overflowing_integer(raw: &[u8]) -> bool {
+    let digits = raw.strip_prefix(b"-").unwrap_or(raw);
+    digits.len() > 18 && digits[0] != b'0' && digits.iter().all(u8::is_ascii_digit)
 }
 
 pub fn parse_i64(raw: &[u8]) -> Option<i64> {
@@ -170,6 +188,20 @@ mod tests {
         );
         assert_eq!(
             int_in_range(b"x", "lease-ms", 1..=10).unwrap_err(),
+            CommandError::NotInteger
+        );
+        for huge in [
+            &b"9223372036854775808"[..],
+            b"-9223372036854775809",
+            b"99999999999999999999999",
+        ] {
+            assert!(matches!(
+                int_in_range(huge, "token", 1..=10).unwrap_err(),
+                CommandError::OutOfRange { what: "token", .. }
+            ));
+        }
+        assert_eq!(
+            int_in_range(b"0099999999999999999999", "token", 1..=10).unwrap_err(),
             CommandError::NotInteger
         );
     }

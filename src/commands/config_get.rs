@@ -58,7 +58,13 @@ impl CommandDef for ConfigCmd {
     fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
         match self {
             ConfigCmd::Get(patterns) => {
-                let entries = ctx.shared.config.entries();
+                let mut entries = ctx.shared.config.entries();
+                // `--port 0` picks a free port: report the one actually listened on.
+                for (key, value) in entries.iter_mut() {
+                    if *key == "port" {
+                        *value = ctx.shared.local_addr.port().to_string();
+                    }
+                }
                 let pairs = entries
                     .into_iter()
                     .filter(|(key, _)| patterns.iter().any(|p| glob_match(&p.to_ascii_lowercase(), key.as_bytes())))

@@ -180,6 +180,9 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
             field("expirations", &l.expirations);
             field("force_releases", &l.force_releases);
             field("notowner_rejections", &l.notowner_rejections);
+            field("max_idle_names", &shared.config.max_idle_names);
+            field("names_forgotten", &read(&shared.stats.names_forgotten));
+            field("token_floor", &shared.state.locks.token_floor());
             field("fence_keys", &f.keys);
             field("fence_writes_accepted", &f.accepted);
             field("fence_writes_refused", &f.refused);

@@ -25,6 +25,11 @@ use crate::commands::{self, CommandError};
 /// Flush early after this many replies, so one read of many pipelined commands cannot build an
 /// unbounded reply buffer.
 const FLUSH_AFTER_REPLIES: usize = 1024;
+/// Also flush early once the pending replies hold about this many bytes: a client that
+/// pipelines commands with big replies (COMMAND, INFO) and never reads must not pin more than
+/// this (plus the kernel's socket buffers) in server memory. Counting replies alone let 16 KiB
+/// of `COMMAND DOCS` requests pin over 7 MiB of replies per client.
+const FLUSH_AFTER_BYTES: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 
 struct Pending {
@@ -43,6 +48,8 @@ struct Connection {
     output: BytesMut,
     parser: RequestParser,
     pending: Vec<Pending>,
+    /// Approximate encoded size of `pending`.
+    pending_size: usize,
     conn: ConnState,
     last_was_write: bool,
 }
@@ -64,6 +71,7 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, handle: Arc<ClientHan
         output: BytesMut::new(),
         parser: RequestParser::new(),
         pending: Vec::new(),
+        pending_size: 0,
         conn: ConnState {
             handle,
             protocol: ProtocolVersion::Resp2,
@@ -147,7 +155,7 @@ impl Connection {
                     }
                 }
             }
-            if self.pending.len() >= FLUSH_AFTER_REPLIES {
+            if self.pending.len() >= FLUSH_AFTER_REPLIES || self.pending_size >= FLUSH_AFTER_BYTES {
                 self.flush().await?;
             }
         }
@@ -155,6 +163,7 @@ impl Connection {
 
     fn push(&mut self, reply: Reply) {
         let durable = self.last_was_write;
+        self.pending_size += approx_encoded_len(&reply);
         self.pending.push(Pending {
             reply,
             durable,
@@ -320,6 +329,7 @@ impl Connection {
                 _ => encode(&reply, protocol, &mut self.output),
             }
         }
+        self.pending_size = 0;
         stats::bump(
             &self.shared.stats.net_output_bytes,
             self.output.len() as u64,
@@ -328,4 +338,26 @@ impl Connection {
         self.output.clear();
         Ok(())
     }
+}
+
+/// Roughly the wire size of a reply (headers counted generously), walked without recursion.
+fn approx_encoded_len(reply: &Reply) -> usize {
+    let mut total = 0usize;
+    let mut stack = vec![reply];
+    while let Some(reply) = stack.pop() {
+        total = total.saturating_add(16);
+        match reply {
+            Reply::Simple(text) | Reply::Error(text) => total = total.saturating_add(text.len()),
+            Reply::Bulk(data) | Reply::Verbatim(data) => total = total.saturating_add(data.len()),
+            Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => stack.extend(items),
+            Reply::Map(pairs) => {
+                for (key, value) in pairs {
+                    stack.push(key);
+                    stack.push(value);
+                }
+            }
+            _ => {}
+        }
+    }
+    total
 }

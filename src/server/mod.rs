@@ -68,7 +68,7 @@ pub enum ServerError {
     },
 }
 
-pub async fn run(config: Config) -> Result<(), ServerError> {
+pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerError> {
     std::fs::create_dir_all(&config.dir).map_err(|source| ServerError::DataDir {
         path: config.dir.clone(),
         source,
@@ -96,6 +96,16 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
         },
         state.clone(),
     )?;
+
+    if let Some(by) = bump_tokens {
+        let names = state.locks.bump_all(by, &*aof);
+        warn!(
+            by,
+            names,
+            floor = state.locks.token_floor(),
+            "raised every token counter (--bump-tokens)"
+        );
+    }
 
     let addr = SocketAddr::new(config.bind, config.port);
     let listener = TcpListener::bind(addr)
@@ -137,6 +147,7 @@ pub async fn run(config: Config) -> Result<(), ServerError> {
         .locks
         .set_deadline_hook(Box::new(move |_| hook_wake.notify_one()));
     let expiry = tokio::spawn(expiry::run(shared.clone(), wake_expiry));
+    tokio::spawn(reclaim_idle_names(shared.clone()));
     tokio::spawn(watch_signals(shared.shutdown.clone()));
 
     info!("ready to accept connections on {local_addr}");
@@ -200,6 +211,35 @@ fn accept(shared: &Arc<Shared>, connections: &TaskTracker, stream: TcpStream, pe
                 })
                 .await;
             });
+        }
+    }
+}
+
+/// Once a second, forgets least-recently-used idle names beyond `max-idle-names` (a pass over
+/// the table, so off the async workers).
+async fn reclaim_idle_names(shared: Arc<Shared>) {
+    let max = shared.config.max_idle_names;
+    if max == 0 {
+        return;
+    }
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shared.shutdown.cancelled() => return,
+        }
+        let worker = shared.clone();
+        let forgotten =
+            tokio::task::spawn_blocking(move || worker.state.locks.reclaim_idle(max, &*worker.aof))
+                .await
+                .unwrap_or(0);
+        if forgotten > 0 {
+            stats::bump(&shared.stats.names_forgotten, forgotten as u64);
+            tracing::debug!(
+                forgotten,
+                floor = shared.state.locks.token_floor(),
+                "forgot idle lock names"
+            );
         }
     }
 }

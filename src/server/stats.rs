@@ -20,6 +20,8 @@ pub struct ServerStats {
     pub net_input_bytes: AtomicU64,
     pub net_output_bytes: AtomicU64,
     pub unknown_commands: AtomicU64,
+    /// Idle lock names forgotten to stay within `max-idle-names`.
+    pub names_forgotten: AtomicU64,
     pub commands: Vec<CommandStat>,
 }
 
@@ -33,6 +35,7 @@ impl Default for ServerStats {
             net_input_bytes: AtomicU64::new(0),
             net_output_bytes: AtomicU64::new(0),
             unknown_commands: AtomicU64::new(0),
+            names_forgotten: AtomicU64::new(0),
             commands: TABLE.iter().map(|_| CommandStat::default()).collect(),
         }
     }

@@ -25,7 +25,8 @@ pub(super) struct Ctx<'a> {
 }
 
 /// A lock name. Idle names (free, nobody waiting) are most of the table, so all the rest hides
-/// behind one optional box: an idle entry is a counter, a deadline and a null pointer (24 bytes).
+/// behind one optional box: an idle entry is a counter, a deadline, a recency stamp and a null
+/// pointer (32 bytes).
 #[derive(Default)]
 pub(super) struct LockEntry {
     /// Highest token issued or advanced to for this name (the floor aside: see [`Self::counter`]).
@@ -36,6 +37,9 @@ pub(super) struct LockEntry {
     /// churn grows the heap beyond about one item per name. Kept outside the box because the
     /// heap item outlives an idle spell.
     pub scheduled: u64,
+    /// The table's epoch when the entry was last touched: the recency that reclamation of idle
+    /// names goes by (see [`super::LockTable::reclaim_idle`]).
+    pub last_used: u32,
     pub active: Option<Box<Active>>,
 }
 
@@ -96,6 +100,7 @@ impl LockEntry {
         LockEntry {
             last_token: floor,
             scheduled: 0,
+            last_used: 0,
             active: None,
         }
     }
