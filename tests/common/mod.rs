@@ -53,24 +53,52 @@ pub struct Server {
 impl Server {
     /// Starts flockd on a free port with `dir` as its data directory and extra flags.
     pub fn start_in(dir: &Path, extra: &[&str]) -> Server {
-        Self::try_start_in(dir, extra).unwrap_or_else(|log| panic!("flockd did not become ready:\n{log}"))
+        Self::try_start_in(dir, extra)
+            .unwrap_or_else(|log| panic!("flockd did not become ready:\n{log}"))
     }
 
     /// Like `start_in`, but returns the log if the process exits before it is ready.
     pub fn try_start_in(dir: &Path, extra: &[&str]) -> Result<Server, String> {
-        let mut args: Vec<String> = vec!["--bind".into(), "127.0.0.1".into(), "--port".into(), "0".into()];
+        Self::try_start_in_with_env(dir, extra, &[])
+    }
+
+    /// Like `try_start_in`, with extra environment variables (e.g. `FLOCKD_*`) for the process.
+    pub fn try_start_in_with_env(
+        dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Server, String> {
+        let mut args: Vec<String> = vec![
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--port".into(),
+            "0".into(),
+        ];
         args.push("--dir".into());
         args.push(dir.display().to_string());
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut child = Command::new(BIN)
+        Self::try_spawn(dir, args, env)
+    }
+
+    /// Spawns flockd with exactly `args` (nothing added: no `--port 0`, no `--dir`) and extra
+    /// environment variables, and waits for its ready line. `dir` is only recorded.
+    pub fn try_spawn(
+        dir: &Path,
+        args: Vec<String>,
+        env: &[(&str, &str)],
+    ) -> Result<Server, String> {
+        let mut command = Command::new(BIN);
+        command
             .args(&args)
             .env_remove("RUST_LOG")
             .env("FLOCKD_LOG_LEVEL", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn flockd");
+            .stderr(Stdio::piped());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("spawn flockd");
         let stderr = child.stderr.take().expect("stderr");
         let log = Arc::new(Mutex::new(String::new()));
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -80,8 +108,7 @@ impl Server {
             let reader = BufReader::new(stderr);
             for line in reader.lines() {
                 let Ok(line) = line else { break };
-                if let Some(pos) = line.find("ready to accept connections on ") {
-                    let addr = line[pos + "ready to accept connections on ".len()..].trim().to_string();
+                if let Some(addr) = ready_addr(&line) {
                     let _ = ready_tx.send(addr);
                 }
                 let mut log = log_writer.lock().unwrap();
@@ -93,7 +120,13 @@ impl Server {
         loop {
             if let Ok(addr) = ready_rx.recv_timeout(Duration::from_millis(50)) {
                 let addr = addr.parse().expect("ready line names an address");
-                return Ok(Server { child, addr, dir: dir.to_owned(), log, args });
+                return Ok(Server {
+                    child,
+                    addr,
+                    dir: dir.to_owned(),
+                    log,
+                    args,
+                });
             }
             if let Ok(Some(_)) = child.try_wait() {
                 std::thread::sleep(Duration::from_millis(100));
@@ -102,7 +135,10 @@ impl Server {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("timed out waiting for ready\n{}", log.lock().unwrap()));
+                return Err(format!(
+                    "timed out waiting for ready\n{}",
+                    log.lock().unwrap()
+                ));
             }
         }
     }
@@ -129,7 +165,11 @@ impl Server {
 
     /// Sends a signal (e.g. "TERM", "KILL", "STOP", "CONT") to the server process by pid.
     pub fn signal(&self, sig: &str) {
-        let status = Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status().expect("kill");
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("kill");
         assert!(status.success(), "kill -{sig} failed");
     }
 
@@ -157,7 +197,8 @@ impl Server {
 
     /// Resident memory of the server process, in KiB, from /proc.
     pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
         status
             .lines()
             .find(|l| l.starts_with("VmRSS:"))
@@ -170,7 +211,12 @@ impl Server {
     pub fn assert_alive(&self) {
         let mut raw = self.raw();
         raw.send(b"PING\r\n");
-        assert_eq!(raw.read_reply(), "+PONG\r\n", "server stopped answering; log:\n{}", self.log());
+        assert_eq!(
+            raw.read_reply(),
+            "+PONG\r\n",
+            "server stopped answering; log:\n{}",
+            self.log()
+        );
     }
 }
 
@@ -216,6 +262,71 @@ impl TestServer {
     }
 }
 
+/// The address named by a "ready to accept connections on ADDR" log line, text or JSON.
+pub fn ready_addr(line: &str) -> Option<String> {
+    const READY: &str = "ready to accept connections on ";
+    let pos = line.find(READY)?;
+    let addr: String = line[pos + READY.len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']' | '%'))
+        .collect();
+    (!addr.is_empty()).then_some(addr)
+}
+
+/// What a bounded run of the flockd binary produced.
+#[derive(Debug)]
+pub struct RunOutput {
+    /// `None`: it was still running at the timeout (and has been killed).
+    pub status: Option<std::process::ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `flockd args...` with extra environment and no stdin, for at most `timeout` (then it is
+/// killed); for flags like `--version` and configuration errors that exit at once.
+pub fn run_flockd(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> RunOutput {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().expect("spawn flockd");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let out = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let err = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    RunOutput {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
 /// A raw TCP client: send exact bytes, read exact replies.
 pub struct Raw {
     pub stream: TcpStream,
@@ -225,9 +336,14 @@ pub struct Raw {
 impl Raw {
     pub fn connect(addr: SocketAddr) -> Raw {
         let stream = TcpStream::connect(addr).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         stream.set_nodelay(true).unwrap();
-        Raw { stream, buf: Vec::new() }
+        Raw {
+            stream,
+            buf: Vec::new(),
+        }
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
@@ -254,8 +370,14 @@ impl Raw {
                 self.buf.extend_from_slice(&chunk[..n]);
                 true
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
-                panic!("timed out waiting for a reply; got so far: {:?}", String::from_utf8_lossy(&self.buf))
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                panic!(
+                    "timed out waiting for a reply; got so far: {:?}",
+                    String::from_utf8_lossy(&self.buf)
+                )
             }
             Err(_) => false,
         }
@@ -269,9 +391,34 @@ impl Raw {
                 return String::from_utf8_lossy(&reply).into_owned();
             }
             if !self.fill() {
-                panic!("connection closed; got so far: {:?}", String::from_utf8_lossy(&self.buf));
+                panic!(
+                    "connection closed; got so far: {:?}",
+                    String::from_utf8_lossy(&self.buf)
+                );
             }
         }
+    }
+
+    /// Like `read_reply`, but `None` when the connection closes first (or is reset).
+    pub fn try_read_reply(&mut self) -> Option<String> {
+        loop {
+            if let Some(len) = reply_len(&self.buf) {
+                let reply: Vec<u8> = self.buf.drain(..len).collect();
+                return Some(String::from_utf8_lossy(&reply).into_owned());
+            }
+            if !self.fill() {
+                return None;
+            }
+        }
+    }
+
+    /// Sends a command and reads one reply as text; `None` when the server closed instead.
+    pub fn try_call(&mut self, args: &[&str]) -> Option<String> {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        if self.stream.write_all(&encode_request(&args)).is_err() {
+            return None;
+        }
+        self.try_read_reply()
     }
 
     /// Reads until the server closes the connection; returns everything that came.
@@ -286,7 +433,9 @@ impl Raw {
         let mut byte = [0u8; 1];
         let closed = matches!(self.stream.read(&mut byte), Ok(0) | Err(_))
             && !matches!(self.stream.read(&mut byte), Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock);
-        self.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         closed
     }
 }
@@ -304,7 +453,10 @@ pub fn encode_request(args: &[&[u8]]) -> Vec<u8> {
 /// Length of the first complete reply in `buf`, if it is all there.
 pub fn reply_len(buf: &[u8]) -> Option<usize> {
     fn line_end(buf: &[u8], from: usize) -> Option<usize> {
-        buf.get(from..)?.windows(2).position(|w| w == b"\r\n").map(|p| from + p)
+        buf.get(from..)?
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .map(|p| from + p)
     }
     fn one(buf: &[u8], at: usize) -> Option<usize> {
         let kind = *buf.get(at)?;
@@ -323,7 +475,11 @@ pub fn reply_len(buf: &[u8]) -> Option<usize> {
             }
             b'*' | b'~' | b'>' | b'%' | b'|' => {
                 let n: i64 = header.parse().ok()?;
-                let items = if kind == b'%' || kind == b'|' { n * 2 } else { n };
+                let items = if kind == b'%' || kind == b'|' {
+                    n * 2
+                } else {
+                    n
+                };
                 let mut pos = after;
                 for _ in 0..items.max(0) {
                     pos = one(buf, pos)?;
@@ -334,4 +490,91 @@ pub fn reply_len(buf: &[u8]) -> Option<usize> {
         }
     }
     one(buf, 0)
+}
+
+// ---- Additive helpers (lock-semantics tests) ----
+
+impl Raw {
+    /// Switches this connection to RESP3 (HELLO 3) and discards the HELLO reply.
+    pub fn resp3(mut self) -> Raw {
+        self.cmd(&[b"HELLO", b"3"]);
+        let hello = self.read_reply();
+        assert!(hello.starts_with('%'), "HELLO 3 reply: {hello:?}");
+        self
+    }
+
+    /// Waits up to `within` for one complete reply; `None` if none arrived (the connection
+    /// stays usable, and a reply that arrives later is read by the next call).
+    pub fn poll_reply(&mut self, within: Duration) -> Option<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(len) = reply_len(&self.buf) {
+                let reply: Vec<u8> = self.buf.drain(..len).collect();
+                return Some(String::from_utf8_lossy(&reply).into_owned());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            self.stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .unwrap();
+            let mut chunk = [0u8; 65536];
+            let read = self.stream.read(&mut chunk);
+            self.stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            match read {
+                Ok(0) => panic!(
+                    "connection closed; got so far: {:?}",
+                    String::from_utf8_lossy(&self.buf)
+                ),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    return None;
+                }
+                Err(e) => panic!("read failed: {e}"),
+            }
+        }
+    }
+
+    /// Sets how long `read_reply` waits before it fails the test.
+    pub fn set_reply_timeout(&mut self, timeout: Duration) {
+        self.stream.set_read_timeout(Some(timeout)).unwrap();
+    }
+
+    /// Sends a command and parses an integer reply (`:N`); panics on anything else.
+    pub fn int(&mut self, args: &[&str]) -> i64 {
+        let reply = self.call(args);
+        parse_int_reply(&reply)
+            .unwrap_or_else(|| panic!("{args:?}: expected an integer reply, got {reply:?}"))
+    }
+}
+
+/// `:N\r\n` → N.
+pub fn parse_int_reply(reply: &str) -> Option<i64> {
+    reply.strip_prefix(':')?.strip_suffix("\r\n")?.parse().ok()
+}
+
+/// One `field:value` line of `INFO section`, as an integer.
+pub fn info_int(raw: &mut Raw, section: &str, field: &str) -> i64 {
+    let reply = raw.call(&["INFO", section]);
+    let prefix = format!("{field}:");
+    reply
+        .split("\r\n")
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} has no integer field {field}: {reply:?}"))
+}
+
+/// Polls `cond` every 10 ms until it holds, up to `timeout`; panics with `what` otherwise.
+pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

@@ -1,0 +1,49 @@
+"""A fenced worker for flockd, with redis-py.
+
+Acquire a lock (waiting in line if it is held), do the work guarded by the fencing token,
+and release. Run:  FLOCKD_ADDR=127.0.0.1:6390 python3 fenced_worker.py
+"""
+
+import os
+import sys
+
+import redis
+
+LOCK = "orders:42"
+RESOURCE = "res:orders:42"  # a fenced register in flockd itself (FENCE.SET/GET)
+LEASE_MS = 10_000  # much longer than the work takes
+WAIT_MS = 5_000  # how long to wait in line for the lock
+
+
+def main() -> int:
+    host, port = os.environ.get("FLOCKD_ADDR", "127.0.0.1:6390").rsplit(":", 1)
+    r = redis.Redis(host=host, port=int(port), decode_responses=True)
+
+    # Blocks up to WAIT_MS; None means we did not get the lock in time.
+    token = r.execute_command("FLOCK.ACQUIRE", LOCK, LEASE_MS, "WAIT", WAIT_MS)
+    if token is None:
+        print("lock busy, giving up")
+        return 1
+    print(f"acquired {LOCK} with token {token}")
+    try:
+        # Every write to the protected resource carries the token. 0 = a newer holder wrote
+        # already: we lost the lock (e.g. we paused past our lease) and must stop.
+        if r.execute_command("FENCE.SET", RESOURCE, token, f"written by token {token}") != 1:
+            print("fenced out: a newer holder exists, stopping")
+            return 2
+        # Long work? Extend the lease before it runs out (a watchdog would do this on a timer).
+        r.execute_command("FLOCK.RENEW", LOCK, token, LEASE_MS)
+        print(f"stored: {r.execute_command('FENCE.GET', RESOURCE)}")
+    finally:
+        try:
+            free = r.execute_command("FLOCK.RELEASE", LOCK, token)
+            print(f"released (free={free})")
+        except redis.ResponseError as e:
+            # NOTOWNER: the lease expired or the lock was force-released while we worked.
+            print(f"release failed: {e}")
+            return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
