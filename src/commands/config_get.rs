@@ -100,21 +100,15 @@ pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
                     t += 1;
                     continue;
                 }
-                b'[' => {
-                    if let Some((matched, next)) = class_match(pattern, p, text[t]) {
-                        if matched {
-                            p = next;
-                            t += 1;
-                            continue;
-                        }
-                    }
+                b'[' if class_match(pattern, p, text[t]).is_some_and(|(matched, _)| matched) => {
+                    p = class_match(pattern, p, text[t]).map_or(p + 1, |(_, next)| next);
+                    t += 1;
+                    continue;
                 }
-                b'\\' if p + 1 < pattern.len() => {
-                    if pattern[p + 1] == text[t] {
-                        p += 2;
-                        t += 1;
-                        continue;
-                    }
+                b'\\' if p + 1 < pattern.len() && pattern[p + 1] == text[t] => {
+                    p += 2;
+                    t += 1;
+                    continue;
                 }
                 c if c == text[t] => {
                     p += 1;

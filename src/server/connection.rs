@@ -125,7 +125,7 @@ impl Connection {
     async fn process_input(&mut self) -> std::io::Result<Next> {
         loop {
             let limits = if self.conn.authenticated {
-                self.shared.limits.clone()
+                self.shared.limits
             } else {
                 PREAUTH_LIMITS
             };

@@ -24,9 +24,11 @@ pub(super) struct Ctx<'a> {
     pub floor: u64,
 }
 
+const RECENTLY_USED: u64 = 1 << 63;
+
 /// A lock name. Idle names (free, nobody waiting) are most of the table, so all the rest hides
-/// behind one optional box: an idle entry is a counter, a deadline, a recency stamp and a null
-/// pointer (32 bytes).
+/// behind one optional box: an idle entry is a counter, a deadline (with a recency mark) and a
+/// null pointer (24 bytes).
 #[derive(Default)]
 pub(super) struct LockEntry {
     /// Highest token issued or advanced to for this name (the floor aside: see [`Self::counter`]).
@@ -36,10 +38,9 @@ pub(super) struct LockEntry {
     /// pops, the real deadline is pushed again. So neither renewal spam nor acquire/release
     /// churn grows the heap beyond about one item per name. Kept outside the box because the
     /// heap item outlives an idle spell.
-    pub scheduled: u64,
-    /// The table's epoch when the entry was last touched: the recency that reclamation of idle
-    /// names goes by (see [`super::LockTable::reclaim_idle`]).
-    pub last_used: u32,
+    /// The top bit is not part of the deadline (ms on a monotonic clock never get near 2^63):
+    /// it marks the entry as used since the last reclamation pass (see [`Self::touch`]).
+    scheduled: u64,
     pub active: Option<Box<Active>>,
 }
 
@@ -100,9 +101,28 @@ impl LockEntry {
         LockEntry {
             last_token: floor,
             scheduled: 0,
-            last_used: 0,
             active: None,
         }
+    }
+
+    fn scheduled_at(&self) -> u64 {
+        self.scheduled & !RECENTLY_USED
+    }
+
+    fn set_scheduled(&mut self, at: u64) {
+        self.scheduled = (self.scheduled & RECENTLY_USED) | (at & !RECENTLY_USED);
+    }
+
+    /// Marks the entry as used since the last reclamation pass.
+    pub fn touch(&mut self) {
+        self.scheduled |= RECENTLY_USED;
+    }
+
+    /// Second chance: whether the entry was used since the last pass, unmarking it.
+    pub fn take_recently_used(&mut self) -> bool {
+        let used = self.scheduled & RECENTLY_USED != 0;
+        self.scheduled &= !RECENTLY_USED;
+        used
     }
 
     /// The name's effective counter: its own, raised to the global floor.
@@ -530,8 +550,8 @@ impl LockEntry {
 
     /// Called when the heap popped an item of this name at `at`: that item is no longer there.
     pub fn heap_popped(&mut self, at: Millis) {
-        if self.scheduled == at.0 {
-            self.scheduled = 0;
+        if self.scheduled_at() == at.0 {
+            self.set_scheduled(0);
         }
     }
 
@@ -540,10 +560,11 @@ impl LockEntry {
     pub fn take_schedule(&mut self) -> Option<Millis> {
         let deadline = self.holding()?.deadline?;
         // (A deadline of 0 cannot be marked; it is simply pushed each time.)
-        if self.scheduled != 0 && self.scheduled <= deadline.0 {
+        let scheduled = self.scheduled_at();
+        if scheduled != 0 && scheduled <= deadline.0 {
             return None;
         }
-        self.scheduled = deadline.0;
+        self.set_scheduled(deadline.0);
         Some(deadline)
     }
 

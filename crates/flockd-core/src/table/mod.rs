@@ -7,12 +7,13 @@
 
 mod entry;
 mod expiry;
+mod name;
 mod stats;
 #[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use bytes::Bytes;
 use dashmap::DashMap;
@@ -22,6 +23,7 @@ use tokio::sync::oneshot;
 use crate::{Change, Journal, LockError, MAX_TOKEN, Millis};
 use entry::{Ctx, LockEntry};
 use expiry::Deadlines;
+use name::Name;
 use stats::Counters;
 
 /// What FLOCK.ACQUIRE asks for, already validated by the server (lease 1..=max, names non-empty).
@@ -99,17 +101,15 @@ pub struct LockStats {
 /// name costs its key, a counter and a null pointer.
 #[derive(Default)]
 pub struct LockTable {
-    /// Keyed by a boxed slice rather than `Bytes`: 16 bytes instead of 32 per name, and no
-    /// shared-buffer header once a record clones the name (idle names are most of the table).
-    entries: DashMap<Box<[u8]>, LockEntry>,
+    /// Keyed by [`Name`] rather than `Bytes`: short names need no allocation of their own, and
+    /// no shared-buffer header appears once a record clones the name (idle names are most of
+    /// the table).
+    entries: DashMap<Name, LockEntry>,
     deadlines: Deadlines,
     counters: Counters,
     /// Every name's counter is at least this (see [`Change::Floor`]).
     floor: AtomicU64,
     next_ticket: AtomicU64,
-    /// Coarse clock for least-recently-used reclamation: entries record it when touched, and
-    /// each [`Self::reclaim_idle`] pass advances it.
-    epoch: AtomicU32,
 }
 
 impl LockTable {
@@ -139,13 +139,13 @@ impl LockTable {
     /// idle, unlocks it and only then wakes the expiry task.
     fn run<R>(
         &self,
-        mut guard: RefMut<'_, Box<[u8]>, LockEntry>,
+        mut guard: RefMut<'_, Name, LockEntry>,
         now: Millis,
         journal: &dyn Journal,
         op: impl FnOnce(&mut LockEntry, &Ctx<'_>) -> R,
     ) -> R {
-        let name = Bytes::copy_from_slice(guard.key());
-        guard.last_used = self.epoch.load(Relaxed);
+        let name = Bytes::copy_from_slice(guard.key().as_bytes());
+        guard.touch();
         let ctx = Ctx {
             name: &name,
             now,
@@ -190,7 +190,7 @@ impl LockTable {
             Some(guard) => guard,
             None => self
                 .entries
-                .entry(Box::from(&req.name[..]))
+                .entry(Name::from(&req.name[..]))
                 .or_insert_with(|| LockEntry::new(floor)),
         };
         self.run(guard, now, journal, |entry, ctx| {
@@ -310,7 +310,7 @@ impl LockTable {
             None if token.min(MAX_TOKEN) <= floor => return floor,
             None => self
                 .entries
-                .entry(Box::from(name))
+                .entry(Name::from(name))
                 .or_insert_with(|| LockEntry::new(floor)),
         };
         // No lease is touched, so the time is irrelevant.
@@ -358,7 +358,7 @@ impl LockTable {
         let floor = self.floor();
         let mut guard = self
             .entries
-            .entry(Box::from(&name[..]))
+            .entry(Name::from(&name[..]))
             .or_insert_with(|| LockEntry::new(floor));
         guard.apply(change, &self.counters);
         guard.tidy();
@@ -371,7 +371,7 @@ impl LockTable {
         for mut guard in self.entries.iter_mut() {
             let (name, entry) = guard.pair_mut();
             entry.rearm(now);
-            let name = Bytes::copy_from_slice(name);
+            let name = Bytes::copy_from_slice(name.as_bytes());
             if let Some(at) = self.settle(entry, &name) {
                 earliest = Some(earliest.map_or(at, |e| e.min(at)));
             }
@@ -392,7 +392,7 @@ impl LockTable {
         for guard in self.entries.iter() {
             guard
                 .value()
-                .snapshot(&Bytes::copy_from_slice(guard.key()), floor, emit);
+                .snapshot(&Bytes::copy_from_slice(guard.key().as_bytes()), floor, emit);
         }
     }
 
@@ -417,46 +417,39 @@ impl LockTable {
     }
 
     /// Forgets least-recently-used idle names (free, nobody waiting) once more than `max_idle`
-    /// are kept, down to 15/16 of `max_idle` so passes are not back to back. Before a name is
-    /// forgotten the global floor is raised to at least its counter (journaled as
-    /// [`Change::Floor`] while its shard is locked, so the record precedes any record of the
+    /// are kept, down to 15/16 of `max_idle` so passes are not back to back. Recency is the
+    /// CLOCK approximation of LRU: every operation marks its entry, a pass spares (and unmarks)
+    /// marked entries and forgets unmarked ones, so a name used since the last pass survives.
+    /// Before a name is forgotten the global floor is raised to at least its counter (journaled
+    /// as [`Change::Floor`] while its shard is locked, so the record precedes any record of the
     /// name coming back): a forgotten name's next token is still higher than any it had.
     /// Returns how many names were forgotten. O(names) when it runs; meant for a background
     /// task, about once a second. `max_idle == 0` means no bound.
     pub fn reclaim_idle(&self, max_idle: usize, journal: &dyn Journal) -> usize {
-        let epoch = self.epoch.fetch_add(1, Relaxed);
         let held = self.counters.locks_held.load(Relaxed) as usize;
         let idle_estimate = self.entries.len().saturating_sub(held);
         if max_idle == 0 || idle_estimate <= max_idle {
             return 0;
         }
         let target = idle_estimate - (max_idle - max_idle / 16);
-        // Sample recency stamps to find the cut-off that forgets about `target` names.
-        let mut stamps: Vec<u32> = self
-            .entries
-            .iter()
-            .filter(|e| e.active.is_none())
-            .take(4096)
-            .map(|e| e.last_used)
-            .collect();
-        if stamps.is_empty() {
-            return 0;
-        }
-        stamps.sort_unstable();
-        let rank = (target as u128 * stamps.len() as u128 / idle_estimate as u128) as usize;
-        let cutoff = stamps[rank.min(stamps.len() - 1)].min(epoch);
         let mut forgotten = 0;
-        self.entries.retain(|_, entry| {
-            let victim = forgotten < target && entry.active.is_none() && entry.last_used <= cutoff;
-            if victim {
+        // The first pass may only unmark; the second then finds unmarked names.
+        for _pass in 0..2 {
+            self.entries.retain(|_, entry| {
+                if forgotten >= target || entry.active.is_some() || entry.take_recently_used() {
+                    return true;
+                }
                 let counter = entry.last_token;
                 if self.floor.fetch_max(counter, Relaxed) < counter {
                     journal.append(Change::Floor { token: counter });
                 }
                 forgotten += 1;
+                false
+            });
+            if forgotten >= target {
+                break;
             }
-            !victim
-        });
+        }
         forgotten
     }
 
@@ -477,7 +470,7 @@ impl LockTable {
             if token > entry.last_token.max(new_floor) {
                 entry.last_token = token;
                 journal.append(Change::Advance {
-                    name: Bytes::copy_from_slice(name),
+                    name: Bytes::copy_from_slice(name.as_bytes()),
                     token,
                 });
             }
