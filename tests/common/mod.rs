@@ -108,12 +108,15 @@ impl Server {
             let reader = BufReader::new(stderr);
             for line in reader.lines() {
                 let Ok(line) = line else { break };
+                // Log the line before announcing readiness, so `log()` always has the ready line.
+                {
+                    let mut log = log_writer.lock().unwrap();
+                    log.push_str(&line);
+                    log.push('\n');
+                }
                 if let Some(addr) = ready_addr(&line) {
                     let _ = ready_tx.send(addr);
                 }
-                let mut log = log_writer.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
             }
         });
         let deadline = Instant::now() + Duration::from_secs(30);
