@@ -1327,3 +1327,42 @@ fn full_disk_refuses_writes_with_misconf_and_recovers() {
     drop(server);
     drop(guard);
 }
+
+/// The restore procedure of docs/operations.md: a backup copy of the AOF is older than tokens
+/// handed out since; starting from it with `--bump-tokens N` makes every later token higher
+/// than all of them, for names the backup knew and for names it did not.
+#[test]
+fn restoring_a_backup_with_bump_tokens_never_reissues_a_token() {
+    let dir = TempDir::new("restore");
+    let mut server = Server::start_in(dir.path(), &[]);
+    let mut raw = server.raw();
+    assert_eq!(raw.call(&["FLOCK.ACQUIRE", "a", "60000"]), ":1\r\n");
+    assert_eq!(raw.call(&["FLOCK.RELEASE", "a", "1"]), ":1\r\n");
+    stop_term(&mut server);
+    let backup = dir.path().join("backup.aof");
+    std::fs::copy(aof_path(dir.path()), &backup).unwrap();
+
+    // After the backup: more grants on `a`, and a name the backup never saw.
+    let mut server = Server::start_in(dir.path(), &[]);
+    let mut raw = server.raw();
+    for token in 2..=6 {
+        assert_eq!(raw.call(&["FLOCK.ACQUIRE", "a", "60000"]), format!(":{token}\r\n"));
+        assert_eq!(raw.call(&["FLOCK.RELEASE", "a", &token.to_string()]), ":1\r\n");
+    }
+    assert_eq!(raw.call(&["FLOCK.ACQUIRE", "new", "60000"]), ":1\r\n");
+    stop_term(&mut server);
+
+    // Disaster: the backup comes back. Without a bump, `a` would hand out 2 again.
+    std::fs::copy(&backup, aof_path(dir.path())).unwrap();
+    let mut server = Server::start_in(dir.path(), &["--bump-tokens", "1000"]);
+    assert!(server.log().contains("--bump-tokens"), "the bump is logged:\n{}", server.log());
+    let mut raw = server.raw();
+    assert_eq!(raw.call(&["FLOCK.ACQUIRE", "a", "60000"]), ":1002\r\n");
+    assert_eq!(raw.call(&["FLOCK.ACQUIRE", "new", "60000"]), ":1001\r\n");
+    // The bump is in the AOF: a plain restart does not undo it (nor repeat it).
+    stop_term(&mut server);
+    let server = Server::start_in(dir.path(), &[]);
+    let mut raw = server.raw();
+    assert_eq!(raw.call(&["FLOCK.TOKEN", "a"]), ":1002\r\n");
+    assert_eq!(raw.call(&["FLOCK.TOKEN", "unknown"]), ":1000\r\n");
+}
