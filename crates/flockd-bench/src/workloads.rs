@@ -1,0 +1,449 @@
+//! The workloads. The same code drives both servers; only the request encoding differs
+//! (`FLOCK.ACQUIRE`/`FLOCK.RELEASE` vs `EVALSHA` of the Redisson-style scripts).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use tokio::time::Instant;
+
+use crate::resp::{Arg, ClientError, Conn, Reply};
+use crate::servers::{Kind, Target};
+
+/// Set by Ctrl-C: every loop ends as if its deadline had passed.
+pub static ABORT: AtomicBool = AtomicBool::new(false);
+
+#[derive(Clone, Debug)]
+pub enum Load {
+    /// Acquire random names out of `names`, `pipeline` requests per batch; never release.
+    Acquire {
+        names: u64,
+        lease_ms: u64,
+        pipeline: usize,
+    },
+    /// Acquire a random name out of `names`, release it with the token: one cycle.
+    Cycle {
+        names: u64,
+        lease_ms: u64,
+    },
+    /// Many connections on few names. flockd: `WAIT`; Redis: retry with a random backoff.
+    Contention {
+        names: u64,
+        lease_ms: u64,
+        wait_ms: u64,
+        backoff_min_ms: u64,
+        backoff_max_ms: u64,
+    },
+    Ping,
+}
+
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub id: String,
+    pub title: String,
+    pub conns: usize,
+    pub load: Load,
+}
+
+/// One measured run (one server, one round).
+pub struct RunResult {
+    /// Completed units (replies; cycles for `Cycle`/`Contention`) inside the window.
+    pub ops: u64,
+    pub secs: f64,
+    pub hist: Histogram<u64>,
+    /// `Acquire`: grants (an integer token). `Cycle`/`Contention`: attempts that got the lock.
+    pub grants: u64,
+    /// `Acquire`: null replies. `Cycle`: acquires that found the name held.
+    /// `Contention`: waits that ran out (null after WAIT / retry loop past the wait time).
+    pub nulls: u64,
+    /// `Contention`: acquire requests sent (Redis retries included).
+    pub attempts: u64,
+    /// Releases that did not release (NOTOWNER / nil / 0): a lease ran out before the release.
+    pub lost: u64,
+    /// Error replies and connection failures, with the first text seen.
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+impl RunResult {
+    pub fn throughput(&self) -> f64 {
+        if self.secs > 0.0 {
+            self.ops as f64 / self.secs
+        } else {
+            0.0
+        }
+    }
+}
+
+struct Tally {
+    ops: u64,
+    grants: u64,
+    nulls: u64,
+    attempts: u64,
+    lost: u64,
+    errors: u64,
+    first_error: Option<String>,
+    hist: Histogram<u64>,
+}
+
+fn new_hist() -> Histogram<u64> {
+    // 1 µs .. 100 s, 3 significant figures.
+    Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid histogram bounds")
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            ops: 0,
+            grants: 0,
+            nulls: 0,
+            attempts: 0,
+            lost: 0,
+            errors: 0,
+            first_error: None,
+            hist: new_hist(),
+        }
+    }
+
+    fn error(&mut self, text: String) {
+        self.errors += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(text);
+        }
+    }
+
+    /// Counts one completed unit if it completed inside the window.
+    fn done(&mut self, started: Instant, now: Instant, deadline: Instant) {
+        if now <= deadline {
+            self.ops += 1;
+            let us = now.saturating_duration_since(started).as_micros() as u64;
+            self.hist.saturating_record(us.max(1));
+        }
+    }
+}
+
+/// splitmix64: a tiny, fast PRNG per connection (no shared state between tasks).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Per-connection request builder: the lock name `lock:<n>`, the Redisson-style token key
+/// `redisson_lock_token:{lock:<n>}` and the holder id `<uuid>:<thread id>`.
+struct Client {
+    conn: Conn,
+    target: Target,
+    holder: Vec<u8>,
+    name: Vec<u8>,
+    token_key: Vec<u8>,
+}
+
+impl Client {
+    fn set_name(&mut self, n: u64) {
+        self.name.clear();
+        self.name.extend_from_slice(b"lock:");
+        self.name.extend_from_slice(n.to_string().as_bytes());
+        if self.target.kind == Kind::Redis {
+            self.token_key.clear();
+            self.token_key.extend_from_slice(b"redisson_lock_token:{");
+            self.token_key.extend_from_slice(&self.name);
+            self.token_key.push(b'}');
+        }
+    }
+
+    fn push_acquire(&mut self, lease_ms: u64, wait_ms: Option<u64>) {
+        match self.target.kind {
+            Kind::Flockd => match wait_ms {
+                Some(w) => self.conn.push(&[
+                    Arg::B(b"FLOCK.ACQUIRE"),
+                    Arg::B(&self.name),
+                    Arg::I(lease_ms),
+                    Arg::B(b"WAIT"),
+                    Arg::I(w),
+                ]),
+                None => self.conn.push(&[
+                    Arg::B(b"FLOCK.ACQUIRE"),
+                    Arg::B(&self.name),
+                    Arg::I(lease_ms),
+                ]),
+            },
+            Kind::Redis => self.conn.push(&[
+                Arg::B(b"EVALSHA"),
+                Arg::B(&self.target.acquire_sha),
+                Arg::I(2),
+                Arg::B(&self.name),
+                Arg::B(&self.token_key),
+                Arg::I(lease_ms),
+                Arg::B(&self.holder),
+            ]),
+        }
+    }
+
+    fn push_release(&mut self, token: u64, lease_ms: u64) {
+        match self.target.kind {
+            Kind::Flockd => {
+                self.conn
+                    .push(&[Arg::B(b"FLOCK.RELEASE"), Arg::B(&self.name), Arg::I(token)])
+            }
+            Kind::Redis => self.conn.push(&[
+                Arg::B(b"EVALSHA"),
+                Arg::B(&self.target.release_sha),
+                Arg::I(1),
+                Arg::B(&self.name),
+                Arg::I(lease_ms),
+                Arg::B(&self.holder),
+            ]),
+        }
+    }
+
+    /// Release and classify: Ok(true) released, Ok(false) lost (lease ran out), Err(text) error.
+    async fn release(
+        &mut self,
+        token: u64,
+        lease_ms: u64,
+    ) -> Result<Result<bool, String>, ClientError> {
+        self.push_release(token, lease_ms);
+        self.conn.flush().await?;
+        Ok(match self.conn.read().await? {
+            Reply::Int(1) => Ok(true),
+            Reply::Int(0) | Reply::Nil => Ok(false),
+            Reply::Error(e) if e.starts_with("NOTOWNER") => Ok(false),
+            other => Err(format!("release replied {other}")),
+        })
+    }
+}
+
+fn stop_now(deadline: Instant) -> bool {
+    ABORT.load(Ordering::Relaxed) || Instant::now() >= deadline
+}
+
+async fn drive(mut c: Client, load: Load, seed: u64, deadline: Instant) -> Tally {
+    let mut t = Tally::new();
+    let mut rng = Rng(seed);
+    if let Err(e) = drive_inner(&mut c, &load, &mut rng, deadline, &mut t).await {
+        t.error(format!("{}: {e}", c.target.kind.label()));
+    }
+    t
+}
+
+async fn drive_inner(
+    c: &mut Client,
+    load: &Load,
+    rng: &mut Rng,
+    deadline: Instant,
+    t: &mut Tally,
+) -> Result<(), ClientError> {
+    match *load {
+        Load::Ping => {
+            while !stop_now(deadline) {
+                let start = Instant::now();
+                match c.conn.call(&[Arg::B(b"PING")]).await? {
+                    Reply::Status(_) => t.done(start, Instant::now(), deadline),
+                    other => t.error(format!("PING replied {other}")),
+                }
+            }
+        }
+        Load::Acquire {
+            names,
+            lease_ms,
+            pipeline,
+        } => {
+            while !stop_now(deadline) {
+                for _ in 0..pipeline {
+                    let n = rng.below(names);
+                    c.set_name(n);
+                    c.push_acquire(lease_ms, None);
+                }
+                let start = Instant::now();
+                c.conn.flush().await?;
+                for _ in 0..pipeline {
+                    let reply = c.conn.read().await?;
+                    let now = Instant::now();
+                    match reply {
+                        Reply::Int(_) => {
+                            t.grants += 1;
+                            t.done(start, now, deadline);
+                        }
+                        Reply::Nil => {
+                            t.nulls += 1;
+                            t.done(start, now, deadline);
+                        }
+                        other => t.error(format!("acquire replied {other}")),
+                    }
+                }
+            }
+        }
+        Load::Cycle { names, lease_ms } => {
+            while !stop_now(deadline) {
+                let n = rng.below(names);
+                c.set_name(n);
+                let start = Instant::now();
+                c.push_acquire(lease_ms, None);
+                c.conn.flush().await?;
+                match c.conn.read().await? {
+                    Reply::Int(token) => {
+                        t.grants += 1;
+                        match c.release(token as u64, lease_ms).await? {
+                            Ok(true) => t.done(start, Instant::now(), deadline),
+                            Ok(false) => t.lost += 1,
+                            Err(e) => t.error(e),
+                        }
+                    }
+                    Reply::Nil => t.nulls += 1,
+                    other => t.error(format!("acquire replied {other}")),
+                }
+            }
+        }
+        Load::Contention {
+            names,
+            lease_ms,
+            wait_ms,
+            backoff_min_ms,
+            backoff_max_ms,
+        } => {
+            while !stop_now(deadline) {
+                let n = rng.below(names);
+                c.set_name(n);
+                let start = Instant::now();
+                let give_up = start + Duration::from_millis(wait_ms);
+                // Ok(Some(token)): got it; Ok(None): the wait ran out.
+                let got: Option<u64> = match c.target.kind {
+                    Kind::Flockd => {
+                        t.attempts += 1;
+                        c.push_acquire(lease_ms, Some(wait_ms));
+                        c.conn.flush().await?;
+                        match c.conn.read().await? {
+                            Reply::Int(token) => Some(token as u64),
+                            Reply::Nil => None,
+                            other => {
+                                t.error(format!("acquire WAIT replied {other}"));
+                                None
+                            }
+                        }
+                    }
+                    Kind::Redis => loop {
+                        t.attempts += 1;
+                        c.push_acquire(lease_ms, None);
+                        c.conn.flush().await?;
+                        match c.conn.read().await? {
+                            Reply::Int(token) => break Some(token as u64),
+                            Reply::Nil => {}
+                            other => {
+                                t.error(format!("acquire replied {other}"));
+                                break None;
+                            }
+                        }
+                        if Instant::now() >= give_up || stop_now(deadline) {
+                            break None;
+                        }
+                        let span = backoff_max_ms.saturating_sub(backoff_min_ms) + 1;
+                        let pause = backoff_min_ms + rng.below(span);
+                        tokio::time::sleep(Duration::from_millis(pause)).await;
+                    },
+                };
+                match got {
+                    Some(token) => {
+                        t.grants += 1;
+                        match c.release(token, lease_ms).await? {
+                            Ok(true) => t.done(start, Instant::now(), deadline),
+                            Ok(false) => t.lost += 1,
+                            Err(e) => t.error(e),
+                        }
+                    }
+                    None => t.nulls += 1,
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One run: `w.conns` connections to `target`, each its own task, for `duration`.
+/// Connections are opened before the clock starts.
+pub async fn run(target: &Target, w: &Workload, duration: Duration, seed: u64) -> RunResult {
+    let uuid = format!(
+        "{:08x}-{:04x}-bench-{:012x}",
+        std::process::id(),
+        seed & 0xffff,
+        seed
+    );
+    let mut clients = Vec::with_capacity(w.conns);
+    let mut result = RunResult {
+        ops: 0,
+        secs: duration.as_secs_f64(),
+        hist: new_hist(),
+        grants: 0,
+        nulls: 0,
+        attempts: 0,
+        lost: 0,
+        errors: 0,
+        first_error: None,
+    };
+    for i in 0..w.conns {
+        match Conn::connect(target.addr).await {
+            Ok(conn) => clients.push(Client {
+                conn,
+                target: target.clone(),
+                holder: format!("{uuid}:{}", i + 1).into_bytes(),
+                name: Vec::with_capacity(32),
+                token_key: Vec::with_capacity(64),
+            }),
+            Err(e) => {
+                result.errors += 1;
+                result.first_error.get_or_insert_with(|| {
+                    format!(
+                        "{}: connect {} failed: {e}",
+                        target.kind.label(),
+                        target.addr
+                    )
+                });
+            }
+        }
+    }
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::with_capacity(clients.len());
+    for (i, client) in clients.into_iter().enumerate() {
+        let load = w.load.clone();
+        let s = seed
+            .wrapping_mul(0x2545_f491_4f6c_dd1d)
+            .wrapping_add(i as u64 * 0x9e37_79b9);
+        tasks.push(tokio::spawn(drive(client, load, s, deadline)));
+    }
+    for task in tasks {
+        match task.await {
+            Ok(t) => {
+                result.ops += t.ops;
+                result.grants += t.grants;
+                result.nulls += t.nulls;
+                result.attempts += t.attempts;
+                result.lost += t.lost;
+                result.errors += t.errors;
+                if result.first_error.is_none() {
+                    result.first_error = t.first_error;
+                }
+                let _ = result.hist.add(&t.hist);
+            }
+            Err(e) => {
+                result.errors += 1;
+                result
+                    .first_error
+                    .get_or_insert_with(|| format!("client task failed: {e}"));
+            }
+        }
+    }
+    if ABORT.load(Ordering::Relaxed) {
+        result.secs = start.elapsed().as_secs_f64().min(duration.as_secs_f64());
+    }
+    result
+}
