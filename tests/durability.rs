@@ -1346,8 +1346,14 @@ fn restoring_a_backup_with_bump_tokens_never_reissues_a_token() {
     let mut server = Server::start_in(dir.path(), &[]);
     let mut raw = server.raw();
     for token in 2..=6 {
-        assert_eq!(raw.call(&["FLOCK.ACQUIRE", "a", "60000"]), format!(":{token}\r\n"));
-        assert_eq!(raw.call(&["FLOCK.RELEASE", "a", &token.to_string()]), ":1\r\n");
+        assert_eq!(
+            raw.call(&["FLOCK.ACQUIRE", "a", "60000"]),
+            format!(":{token}\r\n")
+        );
+        assert_eq!(
+            raw.call(&["FLOCK.RELEASE", "a", &token.to_string()]),
+            ":1\r\n"
+        );
     }
     assert_eq!(raw.call(&["FLOCK.ACQUIRE", "new", "60000"]), ":1\r\n");
     stop_term(&mut server);
@@ -1355,7 +1361,11 @@ fn restoring_a_backup_with_bump_tokens_never_reissues_a_token() {
     // Disaster: the backup comes back. Without a bump, `a` would hand out 2 again.
     std::fs::copy(&backup, aof_path(dir.path())).unwrap();
     let mut server = Server::start_in(dir.path(), &["--bump-tokens", "1000"]);
-    assert!(server.log().contains("--bump-tokens"), "the bump is logged:\n{}", server.log());
+    assert!(
+        server.log().contains("--bump-tokens"),
+        "the bump is logged:\n{}",
+        server.log()
+    );
     let mut raw = server.raw();
     assert_eq!(raw.call(&["FLOCK.ACQUIRE", "a", "60000"]), ":1002\r\n");
     assert_eq!(raw.call(&["FLOCK.ACQUIRE", "new", "60000"]), ":1001\r\n");

@@ -90,7 +90,7 @@ command_table! {
     Select => select::Select,
     Quit => quit::Quit,
     Reset => reset::Reset,
-    CommandInfo => command::CommandCmd,
+    Introspection => command::CommandCmd,
     Info => info::Info,
     ConfigGet => config_get::ConfigCmd,
     Time => time::Time,

@@ -173,7 +173,9 @@ fn names_used_since_the_last_pass_are_spared() {
     }
     // Over the bound: everything was used, so one pass unmarks and the next forgets some.
     assert!(state.locks.reclaim_idle(190, &journal) > 0);
-    let survivors: Vec<u32> = (0..200).filter(|&i| state.locks.status(&name(i), Millis(0)).last_token == 5).collect();
+    let survivors: Vec<u32> = (0..200)
+        .filter(|&i| state.locks.status(&name(i), Millis(0)).last_token == 5)
+        .collect();
     assert_eq!(state.locks.token_floor(), 5);
     // 50 survivors are used again, with counters far above everything else.
     for &i in &survivors[..50] {
@@ -181,7 +183,11 @@ fn names_used_since_the_last_pass_are_spared() {
     }
     assert!(state.locks.reclaim_idle(100, &journal) > 0);
     // Had any of them been forgotten, the floor would have risen to its counter.
-    assert_eq!(state.locks.token_floor(), 5, "a recently used name was forgotten");
+    assert_eq!(
+        state.locks.token_floor(),
+        5,
+        "a recently used name was forgotten"
+    );
     for &i in &survivors[..50] {
         assert_eq!(state.locks.last_token(&name(i)), 1000 + u64::from(i));
     }

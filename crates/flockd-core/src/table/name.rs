@@ -28,7 +28,10 @@ impl From<&[u8]> for Name {
         if name.len() <= INLINE {
             let mut bytes = [0u8; INLINE];
             bytes[..name.len()].copy_from_slice(name);
-            Name::Inline { len: name.len() as u8, bytes }
+            Name::Inline {
+                len: name.len() as u8,
+                bytes,
+            }
         } else {
             Name::Boxed(Box::from(name))
         }
