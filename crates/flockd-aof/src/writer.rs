@@ -56,6 +56,9 @@ const SECOND: Duration = Duration::from_secs(1);
 /// The append-only file. Share it as `Arc<Aof>`; dropping the last reference shuts it down.
 pub struct Aof {
     sh: Arc<Shared>,
+    /// The file's state. The writer thread takes it for each round; under `everysec` and `no`
+    /// a waiter for durability takes it too and writes the queue itself (see [`Aof::write_now`]).
+    core: Arc<Mutex<Writer>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -288,11 +291,12 @@ impl Aof {
             buf: Vec::new(),
             spare: Vec::new(),
         };
-        let sh2 = sh.clone();
+        let core = Arc::new(Mutex::new(writer));
+        let (sh2, core2) = (sh.clone(), core.clone());
         let handle = thread::Builder::new()
             .name("flockd-aof-writer".to_owned())
             .spawn(move || {
-                if catch_unwind(AssertUnwindSafe(|| writer.run())).is_err() {
+                if catch_unwind(AssertUnwindSafe(|| run_writer(&core2, &sh2))).is_err() {
                     // A bug, not an I/O error: make sure nobody waits forever, and refuse writes.
                     let msg = "the AOF writer thread panicked".to_owned();
                     tracing::error!(file = %sh2.path.display(), "{msg}");
@@ -305,6 +309,7 @@ impl Aof {
             .map_err(io)?;
         Ok(Arc::new(Aof {
             sh,
+            core,
             writer: Mutex::new(Some(handle)),
         }))
     }
@@ -322,10 +327,32 @@ impl Aof {
         if seq == 0 {
             return Ok(());
         }
+        if self.sh.policy != FsyncPolicy::Always && self.sh.progress.borrow().durable < seq {
+            self.write_now();
+        }
         let mut rx = self.sh.progress.subscribe();
         match rx.wait_for(|p| p.decided(seq)).await {
             Ok(p) => p.outcome(seq),
             Err(_) => Err(AofError::ShuttingDown),
+        }
+    }
+
+    /// Under `everysec` and `no`: writes whatever is queued, on the caller's thread, unless
+    /// someone else holds the file (then that holder writes it: each holder looks at the queue
+    /// again after letting go, so no record is left behind). A `write` to the page cache takes
+    /// microseconds; handing every batch to the writer thread and back cost two thread wake-ups
+    /// per request, which dominated the latency of a lone client. Syncs stay on the writer
+    /// thread. Under `always` the writer thread does everything (write and sync as one batch).
+    pub fn write_now(&self) {
+        if self.sh.policy == FsyncPolicy::Always {
+            return;
+        }
+        while let Some(mut core) = self.core.try_lock() {
+            let wrote = core.write_queued();
+            drop(core);
+            if !wrote || self.sh.progress.borrow().durable >= self.appended_seq() {
+                return;
+            }
         }
     }
 
@@ -427,7 +454,11 @@ impl Journal for Aof {
             q.changes.push(change);
             self.sh.appended.store(q.last_seq, Ordering::Release);
         }
-        self.sh.wake.notify_one();
+        // Under `everysec` and `no` whoever waits for the record writes it (`write_now`), and
+        // the writer thread polls for records nobody waits for: no wake-up per append.
+        if self.sh.policy == FsyncPolicy::Always {
+            self.sh.wake.notify_one();
+        }
     }
 }
 
@@ -453,54 +484,97 @@ struct Writer {
     spare: Vec<Change>,
 }
 
-impl Writer {
-    fn run(mut self) {
-        loop {
-            let (last_seq, stop, requested, done) = {
-                let mut q = self.sh.queue.lock();
-                loop {
-                    if !q.changes.is_empty()
-                        || q.stop
-                        || q.rewrite_requested
-                        || q.rewrite_done.is_some()
-                    {
-                        break;
-                    }
-                    match self.next_deadline() {
-                        Some(d) => {
-                            if self.sh.wake.wait_until(&mut q, d).timed_out() {
-                                break;
-                            }
-                        }
-                        None => self.sh.wake.wait(&mut q),
-                    }
+/// How often the writer thread looks for queued records under `everysec` and `no`, where
+/// appends do not wake it: records nobody waits for (an expiry, a reclaimed name's floor) still
+/// reach the file within this long.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The writer thread: sleeps until there is work (or a timer is due), then runs one round with
+/// the file's state.
+fn run_writer(core: &Mutex<Writer>, sh: &Shared) {
+    loop {
+        let deadline = core.lock().next_deadline();
+        {
+            let mut q = sh.queue.lock();
+            loop {
+                if !q.changes.is_empty()
+                    || q.stop
+                    || q.rewrite_requested
+                    || q.rewrite_done.is_some()
+                {
+                    break;
                 }
-                self.spare.clear();
-                std::mem::swap(&mut q.changes, &mut self.spare);
-                (
-                    q.last_seq,
-                    q.stop,
-                    std::mem::take(&mut q.rewrite_requested),
-                    q.rewrite_done.take(),
-                )
-            };
-            if let Some(done) = done
-                && let Some(run) = self.rewrite.take()
-            {
-                self.complete_rewrite(done, run);
+                let poll = (sh.policy != FsyncPolicy::Always).then(|| Instant::now() + POLL);
+                let wake_at = match (deadline, poll) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                match wake_at {
+                    Some(at) => {
+                        if sh.wake.wait_until(&mut q, at).timed_out() {
+                            break;
+                        }
+                    }
+                    None => sh.wake.wait(&mut q),
+                }
             }
-            let batch = std::mem::take(&mut self.spare);
-            self.write_batch(&batch, last_seq);
-            self.spare = batch;
-            if requested {
-                self.start_rewrite();
-            }
-            if stop {
-                self.stop();
-                return;
-            }
-            self.timers();
         }
+        if core.lock().round() {
+            return;
+        }
+    }
+}
+
+impl Writer {
+    /// One round of the writer thread: completes a finished rewrite, writes what is queued,
+    /// starts a requested rewrite, runs the timers. True once stopped.
+    fn round(&mut self) -> bool {
+        let (last_seq, stop, requested, done) = {
+            let mut q = self.sh.queue.lock();
+            self.spare.clear();
+            std::mem::swap(&mut q.changes, &mut self.spare);
+            (
+                q.last_seq,
+                q.stop,
+                std::mem::take(&mut q.rewrite_requested),
+                q.rewrite_done.take(),
+            )
+        };
+        if let Some(done) = done
+            && let Some(run) = self.rewrite.take()
+        {
+            self.complete_rewrite(done, run);
+        }
+        let batch = std::mem::take(&mut self.spare);
+        self.write_batch(&batch, last_seq);
+        self.spare = batch;
+        if requested {
+            self.start_rewrite();
+        }
+        if stop {
+            self.stop();
+            return true;
+        }
+        self.timers();
+        false
+    }
+
+    /// Writes what is queued, if anything (and unless stopping: the thread's last round does).
+    /// True if it wrote a batch.
+    fn write_queued(&mut self) -> bool {
+        let last_seq = {
+            let mut q = self.sh.queue.lock();
+            if q.stop || q.changes.is_empty() {
+                return false;
+            }
+            self.spare.clear();
+            std::mem::swap(&mut q.changes, &mut self.spare);
+            q.last_seq
+        };
+        let batch = std::mem::take(&mut self.spare);
+        self.write_batch(&batch, last_seq);
+        self.spare = batch;
+        true
     }
 
     fn next_deadline(&self) -> Option<Instant> {

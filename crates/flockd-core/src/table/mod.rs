@@ -104,7 +104,7 @@ pub struct LockTable {
     /// Keyed by [`Name`] rather than `Bytes`: short names need no allocation of their own, and
     /// no shared-buffer header appears once a record clones the name (idle names are most of
     /// the table).
-    entries: DashMap<Name, LockEntry>,
+    entries: DashMap<Name, LockEntry, foldhash::fast::RandomState>,
     deadlines: Deadlines,
     counters: Counters,
     /// Every name's counter is at least this (see [`Change::Floor`]).
@@ -185,14 +185,11 @@ impl LockTable {
         journal: &dyn Journal,
     ) -> AcquireOutcome {
         let floor = self.floor();
-        // Look up first: building the boxed key for `entry` costs an allocation per call.
-        let guard = match self.entries.get_mut(&req.name[..]) {
-            Some(guard) => guard,
-            None => self
-                .entries
-                .entry(Name::from(&req.name[..]))
-                .or_insert_with(|| LockEntry::new(floor)),
-        };
+        // One lookup: a short name's key is built without an allocation.
+        let guard = self
+            .entries
+            .entry(Name::from(&req.name[..]))
+            .or_insert_with(|| LockEntry::new(floor));
         self.run(guard, now, journal, |entry, ctx| {
             entry.acquire(req, ctx, &self.next_ticket)
         })
