@@ -1,14 +1,17 @@
 //! The writer: group commit, fsync policies, background rewrite, failure recovery, shutdown.
 //!
-//! [`Journal::append`] only takes a mutex, pushes the change with the next sequence number and
-//! signals a condvar: it is called while the core holds a lock entry, so it must never wait for
-//! a disk. One writer thread (a plain `std::thread`, so no fsync ever runs on a tokio worker) owns
-//! the file. Like raft-log's flush worker it takes *everything* queued at once, encodes the batch
-//! into one buffer, writes it with one `write_all` and, under `appendfsync always`, syncs once
-//! for the whole batch (group commit: concurrent clients share an fsync). Then it publishes the
-//! batch's last sequence number through a `tokio::sync::watch`, which is what
-//! [`Aof::wait_durable`] awaits. Under `everysec` the same thread syncs at most once a second
-//! (a condvar timeout wakes it), under `no` only at rewrite and shutdown.
+//! [`Journal::append`] only takes a mutex and pushes the change with the next sequence number:
+//! it is called while the core holds a lock entry, so it must never wait for a disk. The file's
+//! state sits behind one mutex; whoever holds it takes *everything* queued at once, encodes the
+//! batch into one buffer and writes it with one `write_all`, then publishes the batch's last
+//! sequence number through a `tokio::sync::watch`, which is what [`Aof::wait_durable`] awaits.
+//! Under `appendfsync always` only the writer thread (a plain `std::thread`, so no fsync ever
+//! runs on a tokio worker) does this, woken by each append, and it syncs once per batch before
+//! publishing (group commit: concurrent clients share an fsync, like raft-log's flush worker).
+//! Under `everysec` and `no` the waiter writes the queue itself ([`Aof::write_now`]: a write to
+//! the page cache, no thread hand-off); the writer thread syncs at most once a second
+//! (`everysec`; never under `no`, but at rewrite and shutdown) and polls for records nobody
+//! waits for.
 //!
 //! **Rewrite.** The writer notes the last sequence number S it has taken; a rewrite thread asks
 //! the [`SnapshotSource`] for the whole state and writes it to `<path>.rewrite.tmp`, synced. Every
