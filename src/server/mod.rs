@@ -76,9 +76,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     let clock = Clock::new();
     let state = Arc::new(State::default());
     let aof_path = config.aof_path();
-    let replayed = tokio::task::block_in_place(|| {
-        flockd_aof::load(&aof_path, &mut |change| state.apply_change(&change))
-    })?;
+    let replayed = tokio::task::block_in_place(|| replay(&aof_path, &state))?;
     state.locks.rearm_after_replay(clock.now());
     info!(
         file = %aof_path.display(),
@@ -185,6 +183,52 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     }
     info!("AOF flushed and synced; bye");
     Ok(())
+}
+
+/// Replays the AOF into `state` with one thread per core: the reading thread decodes records and
+/// deals them out by lane (see `State::replay_lane`: a name's records keep their order, and
+/// lanes never share a table shard), the lane threads apply them. Replay is random access to a
+/// table that can hold millions of names, so it scales with cores.
+fn replay(
+    path: &std::path::Path,
+    state: &State,
+) -> Result<flockd_aof::ReplayReport, flockd_aof::AofError> {
+    const BATCH: usize = 4096;
+    let lanes = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    if lanes == 1 {
+        return flockd_aof::load(path, &mut |change| state.apply_change(&change));
+    }
+    std::thread::scope(|scope| {
+        let senders: Vec<_> = (0..lanes)
+            .map(|_| {
+                let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<flockd_core::Change>>(8);
+                scope.spawn(move || {
+                    for batch in rx {
+                        batch.iter().for_each(|change| state.apply_change(change));
+                    }
+                });
+                tx
+            })
+            .collect();
+        let mut batches: Vec<Vec<flockd_core::Change>> =
+            (0..lanes).map(|_| Vec::with_capacity(BATCH)).collect();
+        let report = flockd_aof::load(path, &mut |change| {
+            let lane = state.replay_lane(&change, lanes);
+            batches[lane].push(change);
+            if batches[lane].len() >= BATCH {
+                let full = std::mem::replace(&mut batches[lane], Vec::with_capacity(BATCH));
+                // A lane thread only stops when its sender is dropped, below.
+                let _ = senders[lane].send(full);
+            }
+        });
+        for (sender, batch) in senders.iter().zip(batches) {
+            let _ = sender.send(batch);
+        }
+        drop(senders);
+        report
+    })
 }
 
 fn accept(shared: &Arc<Shared>, connections: &TaskTracker, stream: TcpStream, peer: SocketAddr) {

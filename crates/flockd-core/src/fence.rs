@@ -64,6 +64,11 @@ impl FenceRegister {
         true
     }
 
+    /// See [`crate::State::replay_lane`].
+    pub fn replay_lane(&self, key: &[u8], lanes: usize) -> usize {
+        self.keys.determine_map(key) % lanes.max(1)
+    }
+
     pub fn get(&self, key: &[u8]) -> Option<Bytes> {
         self.keys.get(key).map(|fence| fence.value.clone())
     }

@@ -43,6 +43,19 @@ impl State {
         }
     }
 
+    /// The replay lane (of `lanes`) of a record: records of one name or key always share a
+    /// lane, so lanes can be applied by separate threads (see [`LockTable::replay_lane`]).
+    /// Floor records commute with everything (the floor only rises), so any lane will do.
+    pub fn replay_lane(&self, change: &Change, lanes: usize) -> usize {
+        match change {
+            Change::FenceSet { key, .. } => self.fences.replay_lane(key, lanes),
+            Change::Floor { .. } => 0,
+            other => other
+                .key()
+                .map_or(0, |name| self.locks.replay_lane(name, lanes)),
+        }
+    }
+
     /// Emits records that rebuild the whole state: what an AOF rewrite writes.
     pub fn snapshot(&self, emit: &mut dyn FnMut(Change)) {
         self.locks.snapshot(emit);

@@ -476,6 +476,13 @@ impl LockTable {
         bumped
     }
 
+    /// Which of `lanes` replay lanes the records of `name` belong to: lanes follow the table's
+    /// shards, so replay threads applying different lanes never contend for a shard lock, and
+    /// each name's records stay in order within its lane.
+    pub fn replay_lane(&self, name: &[u8], lanes: usize) -> usize {
+        self.entries.determine_map(name) % lanes.max(1)
+    }
+
     /// How many names the table knows (idle ones included).
     pub fn len(&self) -> usize {
         self.entries.len()
