@@ -292,12 +292,12 @@ async fn measure(
                 } else {
                     r.hist.value_at_quantile(0.99)
                 },
-                match &r.first_error {
-                    Some(e) => format!("  ERRORS {}: {e}", r.errors),
+                match &r.counts.first_error {
+                    Some(e) => format!("  ERRORS {}: {e}", r.counts.errors),
                     None => String::new(),
                 }
             );
-            if r.errors > 0 && target.kind == Kind::Flockd {
+            if r.counts.errors > 0 && target.kind == Kind::Flockd {
                 eprintln!("  flockd log tail:\n{}", guards[i].log_tail());
             }
             series[i].add(&r);
@@ -532,16 +532,19 @@ async fn real_main(o: Opts) -> Result<ExitCode, String> {
     let errors: Vec<String> = outcomes
         .iter()
         .flat_map(|o| {
-            o.series.iter().filter(|s| s.errors > 0).map(move |s| {
-                format!(
-                    "[{}] {} on {}: {} error(s), first: {}",
-                    o.fsync,
-                    o.workload.title,
-                    s.kind.label(),
-                    s.errors,
-                    s.first_error.as_deref().unwrap_or("?")
-                )
-            })
+            o.series
+                .iter()
+                .filter(|s| s.counts.errors > 0)
+                .map(move |s| {
+                    format!(
+                        "[{}] {} on {}: {} error(s), first: {}",
+                        o.fsync,
+                        o.workload.title,
+                        s.kind.label(),
+                        s.counts.errors,
+                        s.counts.first_error.as_deref().unwrap_or("?")
+                    )
+                })
         })
         .collect();
     if !errors.is_empty() {

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::servers::Kind;
-use crate::workloads::{Load, RunResult, Workload};
+use crate::workloads::{Counts, Load, RunResult, Workload};
 
 /// All rounds of one workload on one server.
 pub struct Series {
@@ -12,13 +12,8 @@ pub struct Series {
     pub p50: Vec<f64>,
     pub p99: Vec<f64>,
     pub p999: Vec<f64>,
-    pub ops: u64,
-    pub grants: u64,
-    pub nulls: u64,
-    pub attempts: u64,
-    pub lost: u64,
-    pub errors: u64,
-    pub first_error: Option<String>,
+    /// Summed over the rounds; the first error of the first round that had one.
+    pub counts: Counts,
 }
 
 impl Series {
@@ -29,13 +24,7 @@ impl Series {
             p50: Vec::new(),
             p99: Vec::new(),
             p999: Vec::new(),
-            ops: 0,
-            grants: 0,
-            nulls: 0,
-            attempts: 0,
-            lost: 0,
-            errors: 0,
-            first_error: None,
+            counts: Counts::default(),
         }
     }
 
@@ -46,15 +35,7 @@ impl Series {
             self.p99.push(r.hist.value_at_quantile(0.99) as f64);
             self.p999.push(r.hist.value_at_quantile(0.999) as f64);
         }
-        self.ops += r.ops;
-        self.grants += r.grants;
-        self.nulls += r.nulls;
-        self.attempts += r.attempts;
-        self.lost += r.lost;
-        self.errors += r.errors;
-        if self.first_error.is_none() {
-            self.first_error.clone_from(&r.first_error);
-        }
+        self.counts.add(&r.counts);
     }
 
     pub fn tput_median(&self) -> f64 {
@@ -121,6 +102,7 @@ fn pct(part: u64, whole: u64) -> String {
 }
 
 fn notes(w: &Workload, s: &Series) -> String {
+    let s = &s.counts;
     let mut parts: Vec<String> = Vec::new();
     match w.load {
         Load::Acquire { .. } => {

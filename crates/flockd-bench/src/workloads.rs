@@ -45,12 +45,12 @@ pub struct Workload {
     pub load: Load,
 }
 
-/// One measured run (one server, one round).
-pub struct RunResult {
+/// The counters kept per connection, per run and per series (all rounds of one workload on
+/// one server).
+#[derive(Clone, Debug, Default)]
+pub struct Counts {
     /// Completed units (replies; cycles for `Cycle`/`Contention`) inside the window.
     pub ops: u64,
-    pub secs: f64,
-    pub hist: Histogram<u64>,
     /// `Acquire`: grants (an integer token). `Cycle`/`Contention`: attempts that got the lock.
     pub grants: u64,
     /// `Acquire`: null replies. `Cycle`: acquires that found the name held.
@@ -65,10 +65,40 @@ pub struct RunResult {
     pub first_error: Option<String>,
 }
 
+impl Counts {
+    /// Counts one error; keeps its text if it is the first.
+    pub fn error(&mut self, text: String) {
+        self.errors += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(text);
+        }
+    }
+
+    /// Adds `other`'s counters; keeps this side's first error if it has one.
+    pub fn add(&mut self, other: &Counts) {
+        self.ops += other.ops;
+        self.grants += other.grants;
+        self.nulls += other.nulls;
+        self.attempts += other.attempts;
+        self.lost += other.lost;
+        self.errors += other.errors;
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&other.first_error);
+        }
+    }
+}
+
+/// One measured run (one server, one round).
+pub struct RunResult {
+    pub counts: Counts,
+    pub secs: f64,
+    pub hist: Histogram<u64>,
+}
+
 impl RunResult {
     pub fn throughput(&self) -> f64 {
         if self.secs > 0.0 {
-            self.ops as f64 / self.secs
+            self.counts.ops as f64 / self.secs
         } else {
             0.0
         }
@@ -76,13 +106,7 @@ impl RunResult {
 }
 
 struct Tally {
-    ops: u64,
-    grants: u64,
-    nulls: u64,
-    attempts: u64,
-    lost: u64,
-    errors: u64,
-    first_error: Option<String>,
+    counts: Counts,
     hist: Histogram<u64>,
 }
 
@@ -94,28 +118,19 @@ fn new_hist() -> Histogram<u64> {
 impl Tally {
     fn new() -> Tally {
         Tally {
-            ops: 0,
-            grants: 0,
-            nulls: 0,
-            attempts: 0,
-            lost: 0,
-            errors: 0,
-            first_error: None,
+            counts: Counts::default(),
             hist: new_hist(),
         }
     }
 
     fn error(&mut self, text: String) {
-        self.errors += 1;
-        if self.first_error.is_none() {
-            self.first_error = Some(text);
-        }
+        self.counts.error(text);
     }
 
     /// Counts one completed unit if it completed inside the window.
     fn done(&mut self, started: Instant, now: Instant, deadline: Instant) {
         if now <= deadline {
-            self.ops += 1;
+            self.counts.ops += 1;
             let us = now.saturating_duration_since(started).as_micros() as u64;
             self.hist.saturating_record(us.max(1));
         }
@@ -271,11 +286,11 @@ async fn drive_inner(
                     let now = Instant::now();
                     match reply {
                         Reply::Int(_) => {
-                            t.grants += 1;
+                            t.counts.grants += 1;
                             t.done(start, now, deadline);
                         }
                         Reply::Nil => {
-                            t.nulls += 1;
+                            t.counts.nulls += 1;
                             t.done(start, now, deadline);
                         }
                         other => t.error(format!("acquire replied {other}")),
@@ -292,14 +307,14 @@ async fn drive_inner(
                 c.conn.flush().await?;
                 match c.conn.read().await? {
                     Reply::Int(token) => {
-                        t.grants += 1;
+                        t.counts.grants += 1;
                         match c.release(token as u64, lease_ms).await? {
                             Ok(true) => t.done(start, Instant::now(), deadline),
-                            Ok(false) => t.lost += 1,
+                            Ok(false) => t.counts.lost += 1,
                             Err(e) => t.error(e),
                         }
                     }
-                    Reply::Nil => t.nulls += 1,
+                    Reply::Nil => t.counts.nulls += 1,
                     other => t.error(format!("acquire replied {other}")),
                 }
             }
@@ -319,7 +334,7 @@ async fn drive_inner(
                 // Ok(Some(token)): got it; Ok(None): the wait ran out.
                 let got: Option<u64> = match c.target.kind {
                     Kind::Flockd => {
-                        t.attempts += 1;
+                        t.counts.attempts += 1;
                         c.push_acquire(lease_ms, Some(wait_ms));
                         c.conn.flush().await?;
                         match c.conn.read().await? {
@@ -332,7 +347,7 @@ async fn drive_inner(
                         }
                     }
                     Kind::Redis => loop {
-                        t.attempts += 1;
+                        t.counts.attempts += 1;
                         c.push_acquire(lease_ms, None);
                         c.conn.flush().await?;
                         match c.conn.read().await? {
@@ -353,14 +368,14 @@ async fn drive_inner(
                 };
                 match got {
                     Some(token) => {
-                        t.grants += 1;
+                        t.counts.grants += 1;
                         match c.release(token, lease_ms).await? {
                             Ok(true) => t.done(start, Instant::now(), deadline),
-                            Ok(false) => t.lost += 1,
+                            Ok(false) => t.counts.lost += 1,
                             Err(e) => t.error(e),
                         }
                     }
-                    None => t.nulls += 1,
+                    None => t.counts.nulls += 1,
                 }
             }
         }
@@ -379,15 +394,9 @@ pub async fn run(target: &Target, w: &Workload, duration: Duration, seed: u64) -
     );
     let mut clients = Vec::with_capacity(w.conns);
     let mut result = RunResult {
-        ops: 0,
+        counts: Counts::default(),
         secs: duration.as_secs_f64(),
         hist: new_hist(),
-        grants: 0,
-        nulls: 0,
-        attempts: 0,
-        lost: 0,
-        errors: 0,
-        first_error: None,
     };
     for i in 0..w.conns {
         match Conn::connect(target.addr).await {
@@ -398,16 +407,11 @@ pub async fn run(target: &Target, w: &Workload, duration: Duration, seed: u64) -
                 name: Vec::with_capacity(32),
                 token_key: Vec::with_capacity(64),
             }),
-            Err(e) => {
-                result.errors += 1;
-                result.first_error.get_or_insert_with(|| {
-                    format!(
-                        "{}: connect {} failed: {e}",
-                        target.kind.label(),
-                        target.addr
-                    )
-                });
-            }
+            Err(e) => result.counts.error(format!(
+                "{}: connect {} failed: {e}",
+                target.kind.label(),
+                target.addr
+            )),
         }
     }
     let start = Instant::now();
@@ -423,23 +427,10 @@ pub async fn run(target: &Target, w: &Workload, duration: Duration, seed: u64) -
     for task in tasks {
         match task.await {
             Ok(t) => {
-                result.ops += t.ops;
-                result.grants += t.grants;
-                result.nulls += t.nulls;
-                result.attempts += t.attempts;
-                result.lost += t.lost;
-                result.errors += t.errors;
-                if result.first_error.is_none() {
-                    result.first_error = t.first_error;
-                }
+                result.counts.add(&t.counts);
                 let _ = result.hist.add(&t.hist);
             }
-            Err(e) => {
-                result.errors += 1;
-                result
-                    .first_error
-                    .get_or_insert_with(|| format!("client task failed: {e}"));
-            }
+            Err(e) => result.counts.error(format!("client task failed: {e}")),
         }
     }
     if ABORT.load(Ordering::Relaxed) {
