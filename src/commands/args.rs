@@ -4,6 +4,7 @@
 use std::ops::RangeInclusive;
 
 use bytes::Bytes;
+use flockd_proto::parse_int;
 
 use super::CommandError;
 
@@ -111,7 +112,7 @@ pub fn int_in_range(
     what: &'static str,
     range: RangeInclusive<u64>,
 ) -> Result<u64, CommandError> {
-    let Some(value) = parse_i64(raw) else {
+    let Some(value) = parse_int(raw) else {
         // An integer too big for 64 bits is still an integer: out of range, named.
         return Err(if is_overflowing_integer(raw) {
             CommandError::OutOfRange {
@@ -134,24 +135,10 @@ pub fn int_in_range(
 }
 
 /// A well-formed decimal integer (optional '-', no leading zeros) with more than 18 digits: one
-/// that `parse_i64` refused only for its size.
+/// that `parse_int` refused only for its size.
 fn is_overflowing_integer(raw: &[u8]) -> bool {
     let digits = raw.strip_prefix(b"-").unwrap_or(raw);
     digits.len() > 18 && digits[0] != b'0' && digits.iter().all(u8::is_ascii_digit)
-}
-
-pub fn parse_i64(raw: &[u8]) -> Option<i64> {
-    let text = std::str::from_utf8(raw).ok()?;
-    let digits = text.strip_prefix('-').unwrap_or(text);
-    let well_formed = !digits.is_empty()
-        && digits.len() <= 19
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && (digits == "0" || !digits.starts_with('0'))
-        && text != "-0";
-    if !well_formed {
-        return None;
-    }
-    text.parse().ok()
 }
 
 #[cfg(test)]
@@ -160,9 +147,9 @@ mod tests {
 
     #[test]
     fn integers_are_strict_like_redis() {
-        assert_eq!(parse_i64(b"0"), Some(0));
-        assert_eq!(parse_i64(b"-5"), Some(-5));
-        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_int(b"0"), Some(0));
+        assert_eq!(parse_int(b"-5"), Some(-5));
+        assert_eq!(parse_int(b"9223372036854775807"), Some(i64::MAX));
         for bad in [
             &b""[..],
             b"+1",
@@ -175,7 +162,7 @@ mod tests {
             b"9223372036854775808",
             b"-",
         ] {
-            assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(parse_int(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }
 

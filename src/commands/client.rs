@@ -3,9 +3,9 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::args::parse_i64;
 use super::{Args, CommandDef, CommandError, CommandFlags, Meta, SubMeta};
 use crate::server::context::{CommandResult, Ctx, reply};
+use flockd_proto::parse_int;
 
 #[derive(Debug)]
 pub enum Client {
@@ -153,7 +153,7 @@ impl CommandDef for Client {
                         "ID" => {
                             let mut list = vec![];
                             while let Some(raw) = args.next_opt() {
-                                match parse_i64(&raw) {
+                                match parse_int(&raw) {
                                     Some(id) if id > 0 => list.push(id as u64),
                                     _ => {
                                         return Err(CommandError::Other(
@@ -245,7 +245,7 @@ fn parse_kill(args: &mut Args) -> Result<KillFilter, CommandError> {
         let value = args.next_bytes().map_err(|_| CommandError::Syntax)?;
         let text = String::from_utf8_lossy(&value).into_owned();
         match option.as_str() {
-            "ID" => match parse_i64(&value) {
+            "ID" => match parse_int(&value) {
                 Some(id) if id > 0 => filter.id = Some(id as u64),
                 _ => {
                     return Err(CommandError::Other(

@@ -4,10 +4,10 @@
 use bytes::Bytes;
 use flockd_proto::{ProtocolVersion, Reply};
 
-use super::args::parse_i64;
 use super::client::validate_client_name;
 use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
+use flockd_proto::parse_int;
 
 /// The Redis version flockd reports to client libraries that gate features on it.
 pub const REDIS_COMPAT_VERSION: &str = "7.2.0";
@@ -42,7 +42,7 @@ impl CommandDef for Hello {
         let Some(version) = args.next_opt() else {
             return Ok(hello);
         };
-        hello.protocol = match parse_i64(&version) {
+        hello.protocol = match parse_int(&version) {
             Some(2) => Some(ProtocolVersion::Resp2),
             Some(3) => Some(ProtocolVersion::Resp3),
             Some(_) => {

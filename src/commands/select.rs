@@ -2,9 +2,9 @@
 
 use flockd_proto::Reply;
 
-use super::args::parse_i64;
 use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
+use flockd_proto::parse_int;
 
 #[derive(Debug)]
 pub struct Select {
@@ -23,7 +23,7 @@ impl CommandDef for Select {
     };
 
     fn parse(args: &mut Args) -> Result<Self, CommandError> {
-        let index = parse_i64(&args.next_bytes()?).ok_or(CommandError::NotInteger)?;
+        let index = parse_int(&args.next_bytes()?).ok_or(CommandError::NotInteger)?;
         Ok(Select { index })
     }
 

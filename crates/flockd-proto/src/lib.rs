@@ -44,5 +44,5 @@ mod parser;
 mod reply;
 
 pub use error::ProtocolError;
-pub use parser::{Limits, Request, RequestParser};
+pub use parser::{Limits, Request, RequestParser, parse_int};
 pub use reply::{ProtocolVersion, Reply, encode};

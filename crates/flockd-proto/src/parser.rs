@@ -274,16 +274,22 @@ enum InlineOutcome {
     Request(Request),
 }
 
-/// Parses a `*<n>\r` or `$<len>\r` header line (the `\n` already cut off) the way
-/// Redis's `string2ll` does: optional `-`, no `+`, no leading zeros, no spaces, within
-/// `i64`. `None` for anything else, including a missing `\r`.
+/// Parses a `*<n>\r` or `$<len>\r` header line (the `\n` already cut off) as [`parse_int`]
+/// does. `None` for anything else, including a missing `\r`.
 fn parse_header_number(line: &[u8]) -> Option<i64> {
     let [_, digits @ .., b'\r'] = line else {
         return None;
     };
-    let (negative, digits) = match digits {
+    parse_int(digits)
+}
+
+/// Parses an integer the way Redis's `string2ll` does: optional `-`, no `+`, no leading zeros,
+/// no spaces, within `i64`. Request headers and command arguments (leases, tokens, indexes)
+/// follow the same rule.
+pub fn parse_int(text: &[u8]) -> Option<i64> {
+    let (negative, digits) = match text {
         [b'-', rest @ ..] => (true, rest),
-        _ => (false, digits),
+        _ => (false, text),
     };
     match digits {
         [] => return None,
