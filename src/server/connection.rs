@@ -143,10 +143,8 @@ impl Connection {
                     self.push(reply);
                     return Ok(Next::Close);
                 }
-                Outcome::Close => {
-                    self.pending.clear();
-                    return Ok(Next::Close);
-                }
+                // The replies of commands before it in the batch still go out.
+                Outcome::Close => return Ok(Next::Close),
                 Outcome::Wait(waiting) => {
                     self.flush().await?;
                     match self.park(waiting).await? {
