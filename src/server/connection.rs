@@ -108,8 +108,9 @@ impl Connection {
     /// Reads once; 0 means the peer closed or the server is stopping this client.
     async fn read_more(&mut self) -> std::io::Result<usize> {
         self.input.reserve(READ_CHUNK);
-        let shared = self.shared.clone();
-        let handle = self.conn.handle.clone();
+        // Borrowed, not cloned: every connection cloning the one `Arc` per read or command
+        // would bounce its reference count between cores.
+        let (shared, handle) = (&self.shared, &self.conn.handle);
         tokio::select! {
             read = self.reader.read_buf(&mut self.input) => {
                 let n = read?;
@@ -198,7 +199,7 @@ impl Connection {
     /// Looks up, checks and runs one request.
     fn execute(&mut self, request: Request) -> Outcome {
         self.last_was_write = false;
-        let shared = self.shared.clone();
+        let shared = &*self.shared;
         stats::bump(&shared.stats.commands_processed, 1);
         let Some(index) = commands::lookup(&request.args[0]) else {
             stats::bump(&shared.stats.unknown_commands, 1);
@@ -233,7 +234,7 @@ impl Connection {
         let started = Instant::now();
         let now = shared.clock.now();
         let mut ctx = Ctx {
-            shared: &shared,
+            shared,
             conn: &mut self.conn,
             now,
         };
