@@ -75,6 +75,8 @@ impl Config {
             ("port", self.port.to_string()),
             ("dir", self.dir.display().to_string()),
             ("appendonly", "yes".to_string()),
+            // No RDB snapshots; tools such as redis-benchmark ask for it.
+            ("save", String::new()),
             ("appendfilename", self.appendfilename.clone()),
             ("appendfsync", self.appendfsync.to_string()),
             ("requirepass", self.requirepass.clone().unwrap_or_default()),
