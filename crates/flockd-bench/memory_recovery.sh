@@ -44,23 +44,22 @@ load() { # count, range, command...
   redis-benchmark -p "$PORT" -c 50 -P 64 -n "$n" -r "$r" -q "$@" > /dev/null
 }
 
-echo "== idle names"
-start "$work/idle" --max-idle-names 0
-before=$(rss_kib)
-load "$NAMES" 1000000000 FLOCK.ADVANCE __rand_int__ 5
-sleep 1
-after=$(rss_kib); names=$(info lock_names)
-echo "names=$names rss_before=${before}KiB rss_after=${after}KiB bytes_per_idle_name=$(( (after - before) * 1024 / names ))"
-stop
+# Resident bytes per counted item: start fresh, load, divide the RSS growth by an INFO field.
+per_item() { # label, dir, info field, count, command...
+  local label=$1 dir=$2 field=$3 n=$4; shift 4
+  echo "== $label"
+  start "$work/$dir" --max-idle-names 0
+  local before after items
+  before=$(rss_kib)
+  load "$n" 1000000000 "$@"
+  sleep 1
+  after=$(rss_kib); items=$(info "$field")
+  echo "$field=$items rss_before=${before}KiB rss_after=${after}KiB bytes_each=$(( (after - before) * 1024 / items ))"
+  stop
+}
 
-echo "== held locks"
-start "$work/held" --max-idle-names 0
-before=$(rss_kib)
-load "$HELD" 1000000000 FLOCK.ACQUIRE __rand_int__ 3600000
-sleep 1
-after=$(rss_kib); held=$(info locks_held)
-echo "held=$held bytes_per_held_lock=$(( (after - before) * 1024 / held ))"
-stop
+per_item "idle names" idle lock_names "$NAMES" FLOCK.ADVANCE __rand_int__ 5
+per_item "held locks" held locks_held "$HELD" FLOCK.ACQUIRE __rand_int__ 3600000
 
 echo "== recovery of $BIG names after a rewrite"
 start "$work/big" --max-idle-names 0 --auto-aof-rewrite-percentage 0
