@@ -192,7 +192,11 @@ fn run_flockd(args: &[&str], timeout: Duration) -> (bool, Option<i32>, String, S
 /// (offset, total length) of every record in a valid file, parsed independently of the server.
 fn record_spans(path: &Path) -> Vec<(u64, u64)> {
     let bytes = std::fs::read(path).expect("read AOF");
-    assert_eq!(&bytes[..8], b"FLOCKAO1", "file header");
+    assert_eq!(
+        &bytes[..8],
+        b"FLOCKAO2",
+        "file header (format 2: one log entry per record)"
+    );
     let mut spans = Vec::new();
     let mut pos = 8usize;
     while pos < bytes.len() {

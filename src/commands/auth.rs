@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
@@ -40,13 +40,12 @@ impl CommandDef for Auth {
             _ => Err(CommandError::Syntax),
         }
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for Auth {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         if ctx.shared.config.requirepass.is_none() && self.username.is_none() {
-            return Err(CommandError::Other(
-                "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
-                    .into(),
-            ));
+            return Err(CommandError::NoPasswordConfigured);
         }
         check_credentials(ctx, self.username.as_deref(), &self.password)?;
         reply(Reply::ok())
@@ -68,9 +67,7 @@ pub fn check_credentials(
         ctx.conn.authenticated = true;
         Ok(())
     } else {
-        Err(CommandError::Other(
-            "WRONGPASS invalid username-password pair or user is disabled.".into(),
-        ))
+        Err(CommandError::WrongPass)
     }
 }
 

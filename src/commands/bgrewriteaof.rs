@@ -2,7 +2,7 @@
 
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
@@ -28,16 +28,15 @@ impl CommandDef for BgRewriteAof {
     fn parse(_args: &mut Args) -> Result<Self, CommandError> {
         Ok(BgRewriteAof)
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for BgRewriteAof {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         match ctx.shared.aof.rewrite() {
             Ok(()) => reply(Reply::Simple(
                 "Background append only file rewriting started".into(),
             )),
-            Err(flockd_aof::AofError::RewriteInProgress) => Err(CommandError::Other(
-                "ERR Background append only file rewriting already in progress".into(),
-            )),
-            Err(e) => Err(CommandError::Other(format!("ERR {e}").into())),
+            Err(e) => Err(CommandError::Rewrite(e.to_string())),
         }
     }
 }

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta, SubMeta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta};
 use crate::server::context::{CommandResult, Ctx, reply};
 use flockd_proto::parse_int;
 
@@ -127,13 +127,10 @@ impl CommandDef for Client {
                 arity("client|setinfo", n == 2)?;
                 let attribute = args.next_keyword().unwrap_or_default();
                 if attribute != "LIB-NAME" && attribute != "LIB-VER" {
-                    return Err(CommandError::Other(
-                        format!(
-                            "ERR Unrecognized option '{}'",
-                            super::printable(attribute.as_bytes(), 64)
-                        )
-                        .into(),
-                    ));
+                    return Err(CommandError::UnrecognizedOption(super::printable(
+                        attribute.as_bytes(),
+                        64,
+                    )));
                 }
                 let value = args.next_bytes()?;
                 validate_client_name(&value)?;
@@ -156,9 +153,7 @@ impl CommandDef for Client {
                                 match parse_int(&raw) {
                                     Some(id) if id > 0 => list.push(id as u64),
                                     _ => {
-                                        return Err(CommandError::Other(
-                                            "ERR Invalid client ID".into(),
-                                        ));
+                                        return Err(CommandError::InvalidClientId);
                                     }
                                 }
                             }
@@ -178,8 +173,10 @@ impl CommandDef for Client {
             }
         })
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for Client {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         let handle = &ctx.conn.handle;
         match self {
             Client::Id => reply(Reply::Integer(handle.id as i64)),
@@ -248,9 +245,7 @@ fn parse_kill(args: &mut Args) -> Result<KillFilter, CommandError> {
             "ID" => match parse_int(&value) {
                 Some(id) if id > 0 => filter.id = Some(id as u64),
                 _ => {
-                    return Err(CommandError::Other(
-                        "ERR client-id should be greater than 0".into(),
-                    ));
+                    return Err(CommandError::ClientIdNotPositive);
                 }
             },
             "ADDR" => filter.addr = Some(text),
@@ -287,7 +282,7 @@ fn kill(ctx: &mut Ctx<'_>, filter: KillFilter) -> CommandResult {
         }
     }
     match (filter.legacy, killed) {
-        (true, 0) => Err(CommandError::Other("ERR No such client".into())),
+        (true, 0) => Err(CommandError::NoSuchClient),
         (true, _) => reply(Reply::ok()),
         (false, n) => reply(Reply::Integer(n)),
     }
@@ -299,8 +294,6 @@ pub fn validate_client_name(name: &[u8]) -> Result<(), CommandError> {
     if name.iter().all(|b| (b'!'..=b'~').contains(b)) {
         Ok(())
     } else {
-        Err(CommandError::Other(
-            "ERR Client names cannot contain spaces, newlines or special characters.".into(),
-        ))
+        Err(CommandError::BadClientName)
     }
 }

@@ -4,7 +4,9 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta, SubMeta, TABLE, lookup};
+use super::{
+    Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, TABLE, lookup,
+};
 use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
@@ -84,8 +86,10 @@ impl CommandDef for CommandCmd {
             }
         })
     }
+}
 
-    fn apply(self, _ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for CommandCmd {
+    fn run(self, _ctx: &mut Ctx<'_>) -> CommandResult {
         reply(match self {
             CommandCmd::All => Reply::Array(TABLE.iter().map(info).collect()),
             CommandCmd::Count => Reply::Integer(TABLE.len() as i64),

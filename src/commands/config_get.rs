@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta, SubMeta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta};
 use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
@@ -45,17 +45,22 @@ impl CommandDef for ConfigCmd {
         let sub = args.next_keyword().unwrap_or_default();
         match sub.as_str() {
             "GET" if args.remaining() == 0 => Err(CommandError::WrongArity("config|get".into())),
-            "GET" => Ok(ConfigCmd::Get(std::iter::from_fn(|| args.next_opt()).collect())),
+            "GET" => Ok(ConfigCmd::Get(
+                std::iter::from_fn(|| args.next_opt()).collect(),
+            )),
             "RESETSTAT" => Ok(ConfigCmd::ResetStat),
             "HELP" => Ok(ConfigCmd::Help),
-            "SET" | "REWRITE" => Err(CommandError::Other(
-                format!("ERR CONFIG {sub} is not supported: set flockd's configuration in its file, FLOCKD_* variables or flags and restart").into(),
-            )),
-            other => Err(CommandError::UnknownSubcommand { command: "CONFIG", sub: super::printable(other.as_bytes(), 64) }),
+            "SET" | "REWRITE" => Err(CommandError::ConfigUnsupported(sub)),
+            other => Err(CommandError::UnknownSubcommand {
+                command: "CONFIG",
+                sub: super::printable(other.as_bytes(), 64),
+            }),
         }
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for ConfigCmd {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         match self {
             ConfigCmd::Get(patterns) => {
                 let mut entries = ctx.shared.config.entries();

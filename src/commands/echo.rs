@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
@@ -22,8 +22,10 @@ impl CommandDef for Echo {
             message: args.next_bytes()?,
         })
     }
+}
 
-    fn apply(self, _ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for Echo {
+    fn run(self, _ctx: &mut Ctx<'_>) -> CommandResult {
         reply(Reply::Bulk(self.message))
     }
 }

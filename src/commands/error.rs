@@ -32,7 +32,51 @@ pub enum CommandError {
     Misconf(String),
     #[error("NOAUTH Authentication required.")]
     NoAuth,
-    /// Any other complete error text (with its code), e.g. Redis's fixed texts.
-    #[error("{0}")]
-    Other(Cow<'static, str>),
+    /// The state machine answered an op with a result of another op: a bug, reported rather
+    /// than panicking.
+    #[error("ERR internal error: unexpected result {0}")]
+    UnexpectedResult(String),
+    #[error(
+        "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+    )]
+    NoPasswordConfigured,
+    #[error("WRONGPASS invalid username-password pair or user is disabled.")]
+    WrongPass,
+    #[error("NOPROTO unsupported protocol version")]
+    NoProto,
+    #[error("ERR Protocol version is not an integer or out of range")]
+    BadProtocolVersion,
+    #[error("ERR Syntax error in HELLO option '{0}'")]
+    HelloSyntax(String),
+    #[error(
+        "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
+    )]
+    HelloNoAuth,
+    #[error("ERR Unrecognized option '{0}'")]
+    UnrecognizedOption(String),
+    #[error("ERR Invalid client ID")]
+    InvalidClientId,
+    #[error("ERR client-id should be greater than 0")]
+    ClientIdNotPositive,
+    #[error("ERR No such client")]
+    NoSuchClient,
+    #[error("ERR Client names cannot contain spaces, newlines or special characters.")]
+    BadClientName,
+    #[error("ERR DB index is out of range")]
+    DbIndexOutOfRange,
+    #[error("ERR No shutdown in progress.")]
+    NoShutdownInProgress,
+    /// BGREWRITEAOF refused (one runs already, or the AOF is stopping).
+    #[error("ERR {0}")]
+    Rewrite(String),
+    #[error(
+        "ERR CONFIG {0} is not supported: set flockd's configuration in its file, FLOCKD_* variables or flags and restart"
+    )]
+    ConfigUnsupported(String),
+}
+
+impl From<crate::server::propose::ProposeError> for CommandError {
+    fn from(e: crate::server::propose::ProposeError) -> Self {
+        CommandError::Misconf(e.to_string())
+    }
 }

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
@@ -29,13 +29,13 @@ impl CommandDef for FenceGet {
             key: args.next_lock_name("fence key")?,
         })
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for FenceGet {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         reply(
-            ctx.shared
-                .state
-                .fences
-                .get(&self.key)
+            ctx.machine()
+                .fence_value(&self.key)
                 .map_or(Reply::Null, Reply::Bulk),
         )
     }

@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
-use crate::server::context::{CommandResult, Ctx, reply};
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
+use flockd_core::{Op, OpResult};
 
 #[derive(Debug)]
 pub struct FenceSet {
@@ -34,13 +34,21 @@ impl CommandDef for FenceSet {
             value: args.next_owned_bytes()?,
         })
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let stored = ctx
-            .shared
-            .state
-            .fences
-            .set(self.key, self.token, self.value, ctx.journal());
-        reply(Reply::Integer(stored.into()))
+impl StateCommand for FenceSet {
+    fn into_op(self) -> Op {
+        Op::FenceSet {
+            key: self.key,
+            token: self.token,
+            value: self.value,
+        }
+    }
+
+    fn reply(result: OpResult) -> Result<Reply, CommandError> {
+        match result {
+            OpResult::FenceSet(stored) => Ok(Reply::Integer(stored.into())),
+            other => Err(unexpected(&other)),
+        }
     }
 }

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
@@ -29,10 +29,10 @@ impl CommandDef for FenceToken {
             key: args.next_lock_name("fence key")?,
         })
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        reply(Reply::Integer(
-            ctx.shared.state.fences.token(&self.key) as i64
-        ))
+impl LocalCommand for FenceToken {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        reply(Reply::Integer(ctx.machine().fence_token(&self.key) as i64))
     }
 }

@@ -1,14 +1,11 @@
 //! FLOCK.ACQUIRE name lease-ms [WAIT ms] [OWNER id]: take the lock and get its next fencing
 //! token; null when it is held (at once, or after WAIT ms in the FIFO queue).
 
-use std::time::Duration;
-
 use bytes::Bytes;
-use flockd_core::{AcquireOutcome, AcquireRequest};
+use flockd_core::{AcquireResult, Op, OpResult};
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
-use crate::server::context::{CommandResult, Ctx, Outcome, Waiting, reply};
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
 
 #[derive(Debug)]
 pub struct FlockAcquire {
@@ -62,28 +59,29 @@ impl CommandDef for FlockAcquire {
             owner,
         })
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let request = AcquireRequest {
-            name: self.name.clone(),
+impl StateCommand for FlockAcquire {
+    fn wait_ms(&self) -> u64 {
+        self.wait_ms
+    }
+
+    fn into_op(self) -> Op {
+        Op::Acquire {
+            name: self.name,
             lease_ms: self.lease_ms,
             owner: self.owner,
             wait: self.wait_ms > 0,
-        };
-        match ctx
-            .shared
-            .state
-            .locks
-            .acquire(request, ctx.now, ctx.journal())
-        {
-            AcquireOutcome::Granted(token) => reply(Reply::Integer(token as i64)),
-            AcquireOutcome::Busy => reply(Reply::Null),
-            AcquireOutcome::Queued { ticket, grant } => Ok(Outcome::Wait(Waiting {
-                name: self.name,
-                ticket,
-                grant,
-                deadline: ctx.shared.clock.instant(ctx.now) + Duration::from_millis(self.wait_ms),
-            })),
+        }
+    }
+
+    /// A queued acquire is parked by the connection until the grant comes or the wait ends; a
+    /// wait that ended with no grant is null, like a busy lock.
+    fn reply(result: OpResult) -> Result<Reply, CommandError> {
+        match result {
+            OpResult::Acquire(AcquireResult::Granted(token)) => Ok(Reply::Integer(token as i64)),
+            OpResult::Acquire(AcquireResult::Busy | AcquireResult::Queued(_)) => Ok(Reply::Null),
+            other => Err(unexpected(&other)),
         }
     }
 }

@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
-use crate::server::context::{CommandResult, Ctx, reply};
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
+use flockd_core::{Op, OpResult};
 
 #[derive(Debug)]
 pub struct FlockAdvance {
@@ -35,13 +35,20 @@ impl CommandDef for FlockAdvance {
             token: args.next_token()?,
         })
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let last = ctx
-            .shared
-            .state
-            .locks
-            .advance(&self.name, self.token, ctx.journal());
-        reply(Reply::Integer(last as i64))
+impl StateCommand for FlockAdvance {
+    fn into_op(self) -> Op {
+        Op::Advance {
+            name: self.name,
+            token: self.token,
+        }
+    }
+
+    fn reply(result: OpResult) -> Result<Reply, CommandError> {
+        match result {
+            OpResult::Advance(counter) => Ok(Reply::Integer(counter as i64)),
+            other => Err(unexpected(&other)),
+        }
     }
 }

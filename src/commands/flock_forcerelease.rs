@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
-use crate::server::context::{CommandResult, Ctx, reply};
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
+use flockd_core::{Op, OpResult};
 
 #[derive(Debug)]
 pub struct FlockForceRelease {
@@ -33,13 +33,17 @@ impl CommandDef for FlockForceRelease {
             name: args.next_lock_name("lock name")?,
         })
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let removed = ctx
-            .shared
-            .state
-            .locks
-            .force_release(&self.name, ctx.now, ctx.journal());
-        reply(Reply::Integer(removed.into()))
+impl StateCommand for FlockForceRelease {
+    fn into_op(self) -> Op {
+        Op::ForceRelease { name: self.name }
+    }
+
+    fn reply(result: OpResult) -> Result<Reply, CommandError> {
+        match result {
+            OpResult::ForceRelease(removed) => Ok(Reply::Integer(removed.into())),
+            other => Err(unexpected(&other)),
+        }
     }
 }

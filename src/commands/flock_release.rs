@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
-use crate::server::context::{CommandResult, Ctx, reply};
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
+use flockd_core::{Op, OpResult};
 
 #[derive(Debug)]
 pub struct FlockRelease {
@@ -32,13 +32,20 @@ impl CommandDef for FlockRelease {
             token: args.next_token()?,
         })
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let free =
-            ctx.shared
-                .state
-                .locks
-                .release(&self.name, self.token, ctx.now, ctx.journal())?;
-        reply(Reply::Integer(free.into()))
+impl StateCommand for FlockRelease {
+    fn into_op(self) -> Op {
+        Op::Release {
+            name: self.name,
+            token: self.token,
+        }
+    }
+
+    fn reply(result: OpResult) -> Result<Reply, CommandError> {
+        match result {
+            OpResult::Release(free) => Ok(Reply::Integer(free?.into())),
+            other => Err(unexpected(&other)),
+        }
     }
 }

@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
-use crate::server::context::{CommandResult, Ctx, reply};
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
+use flockd_core::{Op, OpResult};
 
 #[derive(Debug)]
 pub struct FlockRenew {
@@ -34,15 +34,21 @@ impl CommandDef for FlockRenew {
             lease_ms: args.next_lease()?,
         })
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        ctx.shared.state.locks.renew(
-            &self.name,
-            self.token,
-            self.lease_ms,
-            ctx.now,
-            ctx.journal(),
-        )?;
-        reply(Reply::Integer(1))
+impl StateCommand for FlockRenew {
+    fn into_op(self) -> Op {
+        Op::Renew {
+            name: self.name,
+            token: self.token,
+            lease_ms: self.lease_ms,
+        }
+    }
+
+    fn reply(result: OpResult) -> Result<Reply, CommandError> {
+        match result {
+            OpResult::Renew(renewed) => renewed.map(|()| Reply::Integer(1)).map_err(Into::into),
+            other => Err(unexpected(&other)),
+        }
     }
 }

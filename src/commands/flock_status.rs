@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
@@ -30,9 +30,11 @@ impl CommandDef for FlockStatus {
             name: args.next_lock_name("lock name")?,
         })
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let s = ctx.shared.state.locks.status(&self.name, ctx.now);
+impl LocalCommand for FlockStatus {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        let s = ctx.machine().status(&self.name, ctx.now);
         let field = |name: &'static str, value: Reply| (Reply::bulk(name), value);
         reply(Reply::Map(vec![
             field("name", Reply::Bulk(self.name)),

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
@@ -29,10 +29,10 @@ impl CommandDef for FlockToken {
             name: args.next_lock_name("lock name")?,
         })
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        reply(Reply::Integer(
-            ctx.shared.state.locks.last_token(&self.name) as i64,
-        ))
+impl LocalCommand for FlockToken {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        reply(Reply::Integer(ctx.machine().last_token(&self.name) as i64))
     }
 }

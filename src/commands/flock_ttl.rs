@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
@@ -29,10 +29,10 @@ impl CommandDef for FlockTtl {
             name: args.next_lock_name("lock name")?,
         })
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        reply(Reply::Integer(
-            ctx.shared.state.locks.ttl(&self.name, ctx.now),
-        ))
+impl LocalCommand for FlockTtl {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        reply(Reply::Integer(ctx.machine().ttl(&self.name, ctx.now)))
     }
 }

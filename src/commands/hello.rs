@@ -5,7 +5,7 @@ use bytes::Bytes;
 use flockd_proto::{ProtocolVersion, Reply};
 
 use super::client::validate_client_name;
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
 use flockd_proto::parse_int;
 
@@ -46,14 +46,10 @@ impl CommandDef for Hello {
             Some(2) => Some(ProtocolVersion::Resp2),
             Some(3) => Some(ProtocolVersion::Resp3),
             Some(_) => {
-                return Err(CommandError::Other(
-                    "NOPROTO unsupported protocol version".into(),
-                ));
+                return Err(CommandError::NoProto);
             }
             None => {
-                return Err(CommandError::Other(
-                    "ERR Protocol version is not an integer or out of range".into(),
-                ));
+                return Err(CommandError::BadProtocolVersion);
             }
         };
         while let Some(option) = args.next_keyword() {
@@ -63,27 +59,24 @@ impl CommandDef for Hello {
                 }
                 "SETNAME" if args.remaining() >= 1 => hello.setname = Some(args.next_bytes()?),
                 _ => {
-                    return Err(CommandError::Other(
-                        format!(
-                            "ERR Syntax error in HELLO option '{}'",
-                            super::printable(option.as_bytes(), 64)
-                        )
-                        .into(),
-                    ));
+                    return Err(CommandError::HelloSyntax(super::printable(
+                        option.as_bytes(),
+                        64,
+                    )));
                 }
             }
         }
         Ok(hello)
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for Hello {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         if let Some((user, pass)) = &self.auth {
             super::auth::check_credentials(ctx, Some(user), pass)?;
         }
         if !ctx.conn.authenticated {
-            return Err(CommandError::Other(
-                "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into(),
-            ));
+            return Err(CommandError::HelloNoAuth);
         }
         if let Some(name) = &self.setname {
             validate_client_name(name)?;

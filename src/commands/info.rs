@@ -6,7 +6,7 @@ use std::fmt::Write;
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta, TABLE};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, TABLE};
 use crate::server::Shared;
 use crate::server::context::{CommandResult, Ctx, reply};
 use crate::server::stats::read;
@@ -49,8 +49,10 @@ impl CommandDef for Info {
         }
         Ok(Info { sections })
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for Info {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         let wanted: Vec<&str> =
             if self.sections.is_empty() || self.sections.iter().any(|s| s == "default") {
                 DEFAULT_SECTIONS.to_vec()
@@ -168,8 +170,14 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
             field("aof_load_time_ms", &shared.replayed.elapsed.as_millis());
         }
         "locks" => {
-            let l = shared.state.locks.stats();
-            let f = shared.state.fences.stats();
+            let (l, f, floor) = {
+                let machine = shared.host.read();
+                (
+                    machine.lock_stats(),
+                    machine.fence_stats(),
+                    machine.token_floor(),
+                )
+            };
             field("# Locks", &"");
             field("lock_names", &l.names);
             field("locks_held", &l.locks_held);
@@ -182,7 +190,7 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
             field("notowner_rejections", &l.notowner_rejections);
             field("max_idle_names", &shared.config.max_idle_names);
             field("names_forgotten", &read(&shared.stats.names_forgotten));
-            field("token_floor", &shared.state.locks.token_floor());
+            field("token_floor", &floor);
             field("fence_keys", &f.keys);
             field("fence_writes_accepted", &f.accepted);
             field("fence_writes_refused", &f.refused);

@@ -1,9 +1,13 @@
 //! Typed commands: one file per command, each a struct with `parse` (arguments to the typed
-//! command) and `apply` (the command against the server state, giving a reply).
+//! command), then one of two kinds:
+//! - a **state** command ([`StateCommand`]) becomes an [`flockd_core::Op`] and formats the
+//!   result of applying it: it never touches the state itself;
+//! - a **local** command ([`LocalCommand`]) runs at once against its connection, the server, or
+//!   a read of the applied state.
 //!
 //! The [`command_table!`] below is the single list of commands: it generates the [`Command`]
 //! enum, the metadata table that drives lookup, arity errors and `COMMAND` output, and the
-//! dispatch `match`. Adding a command is one new file plus one row in it.
+//! dispatch. Adding a command is one new file plus one row in it.
 
 mod args;
 mod error;
@@ -45,7 +49,9 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use crate::server::context::{Ctx, Outcome};
+use flockd_core::{Op, OpResult};
+
+use crate::server::context::{CommandResult, Ctx, Proposal};
 
 /// What every command file provides.
 pub trait CommandDef: Sized {
@@ -53,12 +59,58 @@ pub trait CommandDef: Sized {
     /// Turns the arguments after the command name into the typed command. Arity has already
     /// been checked against `META.arity`.
     fn parse(args: &mut Args) -> Result<Self, CommandError>;
+}
+
+/// A command that changes state: it says which op, and how to answer from its result.
+pub trait StateCommand: CommandDef {
+    /// How long the command blocks when its op queues (only FLOCK.ACQUIRE ... WAIT does).
+    fn wait_ms(&self) -> u64 {
+        0
+    }
+    fn into_op(self) -> Op;
+    /// The reply to the result of applying the op. Errors become error replies.
+    fn reply(result: OpResult) -> Result<Reply, CommandError>;
+}
+
+/// A command that runs at once: connection commands and reads of the applied state.
+pub trait LocalCommand: CommandDef {
     /// Runs the command. Errors become `-ERR ...` replies; the connection stays open.
-    fn apply(self, ctx: &mut Ctx<'_>) -> Result<Outcome, CommandError>;
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult;
+}
+
+/// What the connection does with a parsed command.
+pub enum Execution {
+    /// Run now.
+    Local(CommandResult),
+    /// Propose, and answer from the result.
+    State(Proposal),
+}
+
+macro_rules! dispatch {
+    (local, $cmd:expr, $ctx:expr, $ty:ty) => {
+        Execution::Local(LocalCommand::run($cmd, $ctx))
+    };
+    (state, $cmd:expr, $ctx:expr, $ty:ty) => {{
+        let cmd = $cmd;
+        Execution::State(Proposal {
+            wait_ms: StateCommand::wait_ms(&cmd),
+            op: StateCommand::into_op(cmd),
+            reply: <$ty as StateCommand>::reply,
+        })
+    }};
+}
+
+macro_rules! kind_is_state {
+    (local) => {
+        false
+    };
+    (state) => {
+        true
+    };
 }
 
 macro_rules! command_table {
-    ($($variant:ident => $ty:ty,)*) => {
+    ($($kind:ident $variant:ident => $ty:ty,)*) => {
         /// Every command flockd understands, parsed and typed.
         #[derive(Debug)]
         pub enum Command {
@@ -68,13 +120,17 @@ macro_rules! command_table {
         /// Metadata of every command, in table order; a command's index here is its id.
         pub static TABLE: &[Meta] = &[$(<$ty as CommandDef>::META,)*];
 
+        /// Whether the command at each index of [`TABLE`] is a state command.
+        pub static IS_STATE: &[bool] = &[$(kind_is_state!($kind),)*];
+
         type Parser = fn(&mut Args) -> Result<Command, CommandError>;
         static PARSERS: &[Parser] = &[$(|args| <$ty as CommandDef>::parse(args).map(Command::$variant),)*];
 
         impl Command {
-            pub fn apply(self, ctx: &mut Ctx<'_>) -> Result<Outcome, CommandError> {
+            /// Runs a local command, or turns a state command into its proposal.
+            pub fn execute(self, ctx: &mut Ctx<'_>) -> Execution {
                 match self {
-                    $(Command::$variant(cmd) => cmd.apply(ctx),)*
+                    $(Command::$variant(cmd) => dispatch!($kind, cmd, ctx, $ty),)*
                 }
             }
         }
@@ -82,31 +138,37 @@ macro_rules! command_table {
 }
 
 command_table! {
-    Ping => ping::Ping,
-    Echo => echo::Echo,
-    Hello => hello::Hello,
-    Auth => auth::Auth,
-    Client => client::Client,
-    Select => select::Select,
-    Quit => quit::Quit,
-    Reset => reset::Reset,
-    Introspection => command::CommandCmd,
-    Info => info::Info,
-    ConfigGet => config_get::ConfigCmd,
-    Time => time::Time,
-    BgRewriteAof => bgrewriteaof::BgRewriteAof,
-    Shutdown => shutdown::Shutdown,
-    FlockAcquire => flock_acquire::FlockAcquire,
-    FlockRenew => flock_renew::FlockRenew,
-    FlockRelease => flock_release::FlockRelease,
-    FlockStatus => flock_status::FlockStatus,
-    FlockToken => flock_token::FlockToken,
-    FlockTtl => flock_ttl::FlockTtl,
-    FlockForceRelease => flock_forcerelease::FlockForceRelease,
-    FlockAdvance => flock_advance::FlockAdvance,
-    FenceSet => fence_set::FenceSet,
-    FenceGet => fence_get::FenceGet,
-    FenceToken => fence_token::FenceToken,
+    local Ping => ping::Ping,
+    local Echo => echo::Echo,
+    local Hello => hello::Hello,
+    local Auth => auth::Auth,
+    local Client => client::Client,
+    local Select => select::Select,
+    local Quit => quit::Quit,
+    local Reset => reset::Reset,
+    local Introspection => command::CommandCmd,
+    local Info => info::Info,
+    local ConfigGet => config_get::ConfigCmd,
+    local Time => time::Time,
+    local BgRewriteAof => bgrewriteaof::BgRewriteAof,
+    local Shutdown => shutdown::Shutdown,
+    state FlockAcquire => flock_acquire::FlockAcquire,
+    state FlockRenew => flock_renew::FlockRenew,
+    state FlockRelease => flock_release::FlockRelease,
+    local FlockStatus => flock_status::FlockStatus,
+    local FlockToken => flock_token::FlockToken,
+    local FlockTtl => flock_ttl::FlockTtl,
+    state FlockForceRelease => flock_forcerelease::FlockForceRelease,
+    state FlockAdvance => flock_advance::FlockAdvance,
+    state FenceSet => fence_set::FenceSet,
+    local FenceGet => fence_get::FenceGet,
+    local FenceToken => fence_token::FenceToken,
+}
+
+/// The result a state command's reply expected did not come: a bug, answered as an error
+/// rather than a panic.
+pub fn unexpected(result: &OpResult) -> CommandError {
+    CommandError::UnexpectedResult(format!("{result:?}"))
 }
 
 /// Finds a command by name, case-insensitively: its table index.

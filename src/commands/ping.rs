@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
@@ -30,8 +30,10 @@ impl CommandDef for Ping {
             message: args.next_opt(),
         })
     }
+}
 
-    fn apply(self, _ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for Ping {
+    fn run(self, _ctx: &mut Ctx<'_>) -> CommandResult {
         reply(match self.message {
             None => Reply::Simple("PONG".into()),
             Some(message) => Reply::Bulk(message),

@@ -2,7 +2,7 @@
 
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, Outcome};
 
 #[derive(Debug)]
@@ -26,8 +26,10 @@ impl CommandDef for Quit {
         while args.next_opt().is_some() {}
         Ok(Quit)
     }
+}
 
-    fn apply(self, _ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for Quit {
+    fn run(self, _ctx: &mut Ctx<'_>) -> CommandResult {
         Ok(Outcome::ReplyAndClose(Reply::ok()))
     }
 }

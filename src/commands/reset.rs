@@ -3,7 +3,7 @@
 
 use flockd_proto::{ProtocolVersion, Reply};
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
@@ -26,8 +26,10 @@ impl CommandDef for Reset {
     fn parse(_args: &mut Args) -> Result<Self, CommandError> {
         Ok(Reset)
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for Reset {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         ctx.conn.protocol = ProtocolVersion::Resp2;
         ctx.conn
             .handle

@@ -2,7 +2,7 @@
 
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
 use flockd_proto::parse_int;
 
@@ -26,11 +26,13 @@ impl CommandDef for Select {
         let index = parse_int(&args.next_bytes()?).ok_or(CommandError::NotInteger)?;
         Ok(Select { index })
     }
+}
 
-    fn apply(self, _ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for Select {
+    fn run(self, _ctx: &mut Ctx<'_>) -> CommandResult {
         match self.index {
             0 => reply(Reply::ok()),
-            _ => Err(CommandError::Other("ERR DB index is out of range".into())),
+            _ => Err(CommandError::DbIndexOutOfRange),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: stop the server as SIGTERM does (the AOF is
 //! flushed and fsynced whatever the options say; there is nothing to skip).
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, Outcome};
 
 #[derive(Debug)]
@@ -36,10 +36,12 @@ impl CommandDef for Shutdown {
         }
         Ok(Shutdown { abort })
     }
+}
 
-    fn apply(self, ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for Shutdown {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         if self.abort {
-            return Err(CommandError::Other("ERR No shutdown in progress.".into()));
+            return Err(CommandError::NoShutdownInProgress);
         }
         tracing::info!(
             client = ctx.conn.handle.id,

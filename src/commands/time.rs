@@ -4,7 +4,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta};
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
@@ -20,8 +20,10 @@ impl CommandDef for Time {
     fn parse(_args: &mut Args) -> Result<Self, CommandError> {
         Ok(Time)
     }
+}
 
-    fn apply(self, _ctx: &mut Ctx<'_>) -> CommandResult {
+impl LocalCommand for Time {
+    fn run(self, _ctx: &mut Ctx<'_>) -> CommandResult {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();

@@ -1,26 +1,27 @@
-//! One client connection: read bytes, parse requests, run commands in order, and write the
-//! replies of one read back in one write once the changes they report are durable.
+//! One client connection: read bytes, parse requests, admit and run commands in order, and write
+//! the replies of one read back in one write.
 //!
-//! Replies wait in `pending` until the flush: every reply of a batch waits for the AOF to hold
-//! every change appended so far (group commit: one fsync serves the whole batch and every other
-//! client's). If the AOF write fails, the replies of state-changing commands in that batch turn
-//! into -MISCONF errors instead of reporting changes that are not on disk.
+//! A state command becomes an op that is proposed at once; its reply waits in `pending` until
+//! the op's result comes back from the log (durable and applied). Many proposals of a pipelined
+//! read are in flight together, so they share one batch of the log (group commit). A local
+//! command after them (a read, PING, ...) first waits for them, so it sees their effect, as a
+//! client of a single-threaded Redis would.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use flockd_core::CancelOutcome;
+use bytes::{Bytes, BytesMut};
+use flockd_core::{AcquireResult, CancelResult, Op, OpResult, WaitId};
 use flockd_proto::{ProtocolError, ProtocolVersion, Reply, Request, RequestParser, encode};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
+use super::admission::{self, Admitted};
 use super::clients::ClientHandle;
-use super::context::{ConnState, Ctx, Outcome, Waiting};
+use super::context::{ConnState, Ctx, Outcome, Proposal};
+use super::propose::{Pending, ProposeError, commit};
 use super::{PREAUTH_LIMITS, PREAUTH_QUERY_BUFFER, Shared, stats};
-use crate::commands::{self, CommandError};
+use crate::commands::{CommandError, Execution};
 
 /// Flush early after this many replies, so one read of many pipelined commands cannot build an
 /// unbounded reply buffer.
@@ -32,26 +33,36 @@ const FLUSH_AFTER_REPLIES: usize = 1024;
 const FLUSH_AFTER_BYTES: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 
-struct Pending {
-    reply: Reply,
-    /// The command changed state: on an AOF failure its reply becomes -MISCONF.
-    durable: bool,
+/// A reply in the making.
+enum ReplySlot {
+    Ready(Reply),
+    /// A state command's op on its way through the log.
+    Proposed {
+        pending: Pending,
+        reply: fn(OpResult) -> Result<Reply, CommandError>,
+        command: usize,
+        started: Instant,
+    },
+}
+
+struct PendingReply {
+    slot: ReplySlot,
     /// HELLO can switch the protocol mid-batch; each reply goes out in the one it was made in.
     protocol: ProtocolVersion,
 }
 
-struct Connection {
+struct Connection<S> {
     shared: Arc<Shared>,
-    reader: OwnedReadHalf,
-    writer: OwnedWriteHalf,
+    stream: S,
     input: BytesMut,
     output: BytesMut,
     parser: RequestParser,
-    pending: Vec<Pending>,
-    /// Approximate encoded size of `pending`.
+    pending: Vec<PendingReply>,
+    /// Approximate encoded size of the ready replies in `pending`.
     pending_size: usize,
+    /// Proposals in `pending` not resolved yet.
+    in_flight: usize,
     conn: ConnState,
-    last_was_write: bool,
 }
 
 enum Next {
@@ -59,25 +70,27 @@ enum Next {
     Close,
 }
 
-pub async fn serve(shared: Arc<Shared>, stream: TcpStream, handle: Arc<ClientHandle>) {
+/// Serves one client on any byte stream (TCP today, TLS next).
+pub async fn serve<S>(shared: Arc<Shared>, stream: S, handle: Arc<ClientHandle>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let id = handle.id;
-    let (reader, writer) = stream.into_split();
     let authenticated = shared.config.requirepass.is_none();
     let mut connection = Connection {
         shared: shared.clone(),
-        reader,
-        writer,
+        stream,
         input: BytesMut::with_capacity(READ_CHUNK),
         output: BytesMut::new(),
         parser: RequestParser::new(),
         pending: Vec::new(),
         pending_size: 0,
+        in_flight: 0,
         conn: ConnState {
             handle,
             protocol: ProtocolVersion::Resp2,
             authenticated,
         },
-        last_was_write: false,
     };
     if let Err(e) = connection.run().await {
         debug!(client = id, "connection ended: {e}");
@@ -85,17 +98,19 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, handle: Arc<ClientHan
     shared.clients.unregister(id);
 }
 
-impl Connection {
+impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     async fn run(&mut self) -> std::io::Result<()> {
         loop {
             if let Next::Close = self.process_input().await? {
                 self.flush().await?;
-                let _ = self.writer.shutdown().await;
+                let _ = self.stream.shutdown().await;
                 return Ok(());
             }
             self.flush().await?;
             if self.input.len() + self.parser.pending_bytes() > self.query_buffer_limit() {
-                self.pending_error("ERR Protocol error: client query buffer limit reached");
+                self.push_ready(Reply::error(
+                    "ERR Protocol error: client query buffer limit reached",
+                ));
                 self.flush().await?;
                 return Ok(());
             }
@@ -112,7 +127,7 @@ impl Connection {
         // would bounce its reference count between cores.
         let (shared, handle) = (&self.shared, &self.conn.handle);
         tokio::select! {
-            read = self.reader.read_buf(&mut self.input) => {
+            read = self.stream.read_buf(&mut self.input) => {
                 let n = read?;
                 stats::bump(&shared.stats.net_input_bytes, n as u64);
                 Ok(n)
@@ -138,21 +153,8 @@ impl Connection {
                     return Ok(Next::Close);
                 }
             };
-            match self.execute(request) {
-                Outcome::Reply(reply) => self.push(reply),
-                Outcome::ReplyAndClose(reply) => {
-                    self.push(reply);
-                    return Ok(Next::Close);
-                }
-                // The replies of commands before it in the batch still go out.
-                Outcome::Close => return Ok(Next::Close),
-                Outcome::Wait(waiting) => {
-                    self.flush().await?;
-                    match self.park(waiting).await? {
-                        Some(reply) => self.push(reply),
-                        None => return Ok(Next::Close),
-                    }
-                }
+            if let Next::Close = self.handle(request).await? {
+                return Ok(Next::Close);
             }
             if self.pending.len() >= FLUSH_AFTER_REPLIES || self.pending_size >= FLUSH_AFTER_BYTES {
                 self.flush().await?;
@@ -160,20 +162,72 @@ impl Connection {
         }
     }
 
-    fn push(&mut self, reply: Reply) {
-        let durable = self.last_was_write;
-        self.pending_size += approx_encoded_len(&reply);
-        self.pending.push(Pending {
-            reply,
-            durable,
-            protocol: self.conn.protocol,
-        });
+    /// Admits and runs one request.
+    async fn handle(&mut self, request: Request) -> std::io::Result<Next> {
+        let (index, command) = match admission::admit(&self.shared, &self.conn, request) {
+            Admitted::Command { index, command } => (index, command),
+            Admitted::Refused(reply) => {
+                self.push_ready(reply);
+                return Ok(Next::Continue);
+            }
+        };
+        self.conn.handle.touch(index);
+        // A local command sees the effect of every state command before it.
+        if admission::is_local(index) && self.in_flight > 0 {
+            self.resolve().await;
+        }
+        let stat = &self.shared.stats.commands[index];
+        let started = Instant::now();
+        let now = self.shared.log.now();
+        let mut ctx = Ctx {
+            shared: &self.shared,
+            conn: &mut self.conn,
+            now,
+        };
+        let next = match command.execute(&mut ctx) {
+            Execution::Local(result) => {
+                stats::bump(&stat.calls, 1);
+                stats::bump(&stat.usec, started.elapsed().as_micros() as u64);
+                match result {
+                    Ok(Outcome::Reply(reply)) => self.push_ready(reply),
+                    Ok(Outcome::ReplyAndClose(reply)) => {
+                        self.push_ready(reply);
+                        return Ok(Next::Close);
+                    }
+                    // The replies of commands before it in the batch still go out.
+                    Ok(Outcome::Close) => return Ok(Next::Close),
+                    Err(e) => {
+                        stats::bump(&stat.failed, 1);
+                        self.push_ready(Reply::error(e.to_string()));
+                    }
+                }
+                Next::Continue
+            }
+            Execution::State(proposal) if proposal.wait_ms > 0 => {
+                return self.blocking(index, started, proposal).await;
+            }
+            Execution::State(Proposal { op, reply, .. }) => {
+                let pending = self.shared.log.propose(vec![op]);
+                self.in_flight += 1;
+                self.pending.push(PendingReply {
+                    slot: ReplySlot::Proposed {
+                        pending,
+                        reply,
+                        command: index,
+                        started,
+                    },
+                    protocol: self.conn.protocol,
+                });
+                Next::Continue
+            }
+        };
+        Ok(next)
     }
 
-    fn pending_error(&mut self, text: &'static str) {
-        self.pending.push(Pending {
-            reply: Reply::error(text),
-            durable: false,
+    fn push_ready(&mut self, reply: Reply) {
+        self.pending_size += approx_encoded_len(&reply);
+        self.pending.push(PendingReply {
+            slot: ReplySlot::Ready(reply),
             protocol: self.conn.protocol,
         });
     }
@@ -181,11 +235,7 @@ impl Connection {
     fn protocol_error(&mut self, error: ProtocolError) {
         stats::bump(&self.shared.stats.protocol_errors, 1);
         debug!(client = self.conn.handle.id, "protocol error: {error}");
-        self.pending.push(Pending {
-            reply: Reply::error(error.to_reply_text()),
-            durable: false,
-            protocol: self.conn.protocol,
-        });
+        self.push_ready(Reply::error(error.to_reply_text()));
     }
 
     fn query_buffer_limit(&self) -> usize {
@@ -196,74 +246,97 @@ impl Connection {
         }
     }
 
-    /// Looks up, checks and runs one request.
-    fn execute(&mut self, request: Request) -> Outcome {
-        self.last_was_write = false;
-        let shared = &*self.shared;
-        stats::bump(&shared.stats.commands_processed, 1);
-        let Some(index) = commands::lookup(&request.args[0]) else {
-            stats::bump(&shared.stats.unknown_commands, 1);
-            if !self.conn.authenticated {
-                return Outcome::Reply(Reply::error(CommandError::NoAuth.to_string()));
-            }
-            return Outcome::Reply(commands::unknown_command(&request.args));
-        };
-        let meta = &commands::TABLE[index];
-        let stat = &shared.stats.commands[index];
-        self.conn.handle.touch(index);
-        if !self.conn.authenticated && !meta.flags.no_auth {
-            stats::bump(&stat.rejected, 1);
-            return Outcome::Reply(Reply::error(CommandError::NoAuth.to_string()));
+    /// Waits for every proposal in `pending` and turns each result into its reply.
+    async fn resolve(&mut self) {
+        if self.in_flight == 0 {
+            return;
         }
-        let command = match commands::parse(index, request.args, shared.arg_limits) {
-            Ok(command) => command,
-            Err(e) => {
-                stats::bump(&stat.rejected, 1);
-                return Outcome::Reply(Reply::error(e.to_string()));
-            }
-        };
-        if meta.flags.write
-            && let Err(e) = shared.aof.check_writable()
-        {
-            stats::bump(&stat.rejected, 1);
-            return Outcome::Reply(Reply::error(
-                CommandError::Misconf(e.to_string()).to_string(),
-            ));
+        self.shared.log.push();
+        for item in &mut self.pending {
+            let ReplySlot::Proposed { .. } = &item.slot else {
+                continue;
+            };
+            let ReplySlot::Proposed {
+                pending,
+                reply,
+                command,
+                started,
+            } = std::mem::replace(&mut item.slot, ReplySlot::Ready(Reply::Null))
+            else {
+                unreachable!("matched above");
+            };
+            let outcome = pending.await;
+            let reply = reply_to(&self.shared, command, started, outcome, reply);
+            self.pending_size += approx_encoded_len(&reply);
+            item.slot = ReplySlot::Ready(reply);
         }
-        self.last_was_write = meta.flags.write;
-        let started = Instant::now();
-        let now = shared.clock.now();
-        let mut ctx = Ctx {
-            shared,
-            conn: &mut self.conn,
-            now,
-        };
-        let outcome = command.apply(&mut ctx);
-        stats::bump(&stat.calls, 1);
-        stats::bump(&stat.usec, started.elapsed().as_micros() as u64);
-        match outcome {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                stats::bump(&stat.failed, 1);
-                Outcome::Reply(Reply::error(e.to_string()))
+        self.in_flight = 0;
+    }
+
+    /// FLOCK.ACQUIRE ... WAIT: proposes the acquire and, if it queued, parks the connection
+    /// until the grant comes, the wait times out, or the client goes away (like BLPOP). Replies
+    /// before it go out first, and nothing after it runs until it is answered.
+    async fn blocking(
+        &mut self,
+        command: usize,
+        started: Instant,
+        proposal: Proposal,
+    ) -> std::io::Result<Next> {
+        self.resolve().await;
+        self.flush().await?;
+        let Proposal { op, reply, wait_ms } = proposal;
+        let name = op.key().cloned().unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
+        loop {
+            let outcome = commit(&*self.shared.log, vec![op.clone()]).await;
+            let queued = match &outcome {
+                Ok(results) => match results.first() {
+                    Some(OpResult::Acquire(AcquireResult::Queued(wait))) => Some(*wait),
+                    _ => None,
+                },
+                Err(_) => None,
+            };
+            let Some(wait) = queued else {
+                let answer = reply_to(&self.shared, command, started, outcome, reply);
+                self.push_ready(answer);
+                return Ok(Next::Continue);
+            };
+            match self.park(&name, wait, deadline).await? {
+                Parked::Answered(answer) => {
+                    let stat = &self.shared.stats.commands[command];
+                    stats::bump(&stat.calls, 1);
+                    stats::bump(&stat.usec, started.elapsed().as_micros() as u64);
+                    self.push_ready(answer);
+                    return Ok(Next::Continue);
+                }
+                Parked::Closed => return Ok(Next::Close),
+                // The wait was dropped (the log re-armed every lease): queue again with the
+                // time left.
+                Parked::Dropped if Instant::now() < deadline => continue,
+                Parked::Dropped => {
+                    self.push_ready(Reply::Null);
+                    return Ok(Next::Continue);
+                }
             }
         }
     }
 
-    /// Parks a blocked FLOCK.ACQUIRE until it is granted, times out, or the client goes away.
-    /// Meanwhile input is still read (and buffered, as Redis does for a blocked client) so a
-    /// closed connection is noticed at once and its waiter removed. `None`: close the connection.
-    async fn park(&mut self, waiting: Waiting) -> std::io::Result<Option<Reply>> {
-        let Waiting {
-            name,
-            ticket,
-            mut grant,
-            deadline,
-        } = waiting;
+    /// Parks until wait `wait` on `name` is granted or must end. Meanwhile input is still read
+    /// (and buffered, as Redis does for a blocked client) so a closed connection is noticed at
+    /// once and its wait cancelled.
+    async fn park(
+        &mut self,
+        name: &Bytes,
+        wait: WaitId,
+        deadline: Instant,
+    ) -> std::io::Result<Parked> {
         let shared = self.shared.clone();
         let handle = self.conn.handle.clone();
+        let Some(mut grant) = shared.host.waits.claim(wait) else {
+            return Ok(Parked::Dropped);
+        };
         shared.clients.set_blocked(&handle, true);
-        let result = loop {
+        let parked = loop {
             if self.input.len() + self.parser.pending_bytes() > self.query_buffer_limit() {
                 break None;
             }
@@ -272,16 +345,13 @@ impl Connection {
                 // A grant that is already there wins over a deadline reached at the same time.
                 biased;
                 granted = &mut grant => break Some(match granted {
-                    Ok(token) => Reply::Integer(token as i64),
-                    Err(_) => Reply::Null,
+                    Ok(token) => Parked::Answered(Reply::Integer(token as i64)),
+                    Err(_) => Parked::Dropped,
                 }),
                 _ = tokio::time::sleep_until(deadline.into()) => {
-                    break Some(match shared.state.locks.cancel_wait(&name, ticket) {
-                        CancelOutcome::Removed => Reply::Null,
-                        CancelOutcome::AlreadyGranted(token) => Reply::Integer(token as i64),
-                    });
+                    break Some(Parked::Answered(self.cancel(name, wait, false).await));
                 }
-                read = self.reader.read_buf(&mut self.input) => match read {
+                read = self.stream.read_buf(&mut self.input) => match read {
                     Ok(n) if n > 0 => stats::bump(&shared.stats.net_input_bytes, n as u64),
                     _ => break None,
                 },
@@ -290,42 +360,44 @@ impl Connection {
             }
         };
         shared.clients.set_blocked(&handle, false);
-        if result.is_none() {
-            self.abandon_wait(&name, ticket);
-        }
-        Ok(result)
+        Ok(match parked {
+            Some(parked) => parked,
+            None => {
+                // The client is gone: leave the queue, and give back a grant that raced us.
+                self.cancel(name, wait, true).await;
+                Parked::Closed
+            }
+        })
     }
 
-    /// The client is gone: take it out of the queue, and if the lock reached it in the meantime,
-    /// give the lock back so the next waiter gets it.
-    fn abandon_wait(&mut self, name: &bytes::Bytes, ticket: flockd_core::WaitTicket) {
-        let shared = &self.shared;
-        if let CancelOutcome::AlreadyGranted(token) = shared.state.locks.cancel_wait(name, ticket) {
-            let now = shared.clock.now();
-            let _ = shared.state.locks.release(name, token, now, &*shared.aof);
+    /// Cancels a wait; the reply for a client still there: null, or the token of a grant that
+    /// won the race.
+    async fn cancel(&self, name: &Bytes, wait: WaitId, release_if_granted: bool) -> Reply {
+        let op = Op::CancelWait {
+            name: name.clone(),
+            wait,
+            release_if_granted,
+        };
+        match commit(&*self.shared.log, vec![op]).await {
+            Ok(results) => match results.first() {
+                Some(OpResult::CancelWait(CancelResult::AlreadyGranted(token))) => {
+                    Reply::Integer(*token as i64)
+                }
+                _ => Reply::Null,
+            },
+            Err(e) => Reply::error(CommandError::from(e).to_string()),
         }
     }
 
-    /// Waits until the AOF holds everything the pending replies may report, then writes them
-    /// all in one write.
+    /// Resolves the proposals, then writes every pending reply in one write.
     async fn flush(&mut self) -> std::io::Result<()> {
         if self.pending.is_empty() && self.output.is_empty() {
             return Ok(());
         }
-        let aof = &self.shared.aof;
-        let durability = aof.wait_durable(aof.appended_seq()).await;
-        for Pending {
-            reply,
-            durable,
-            protocol,
-        } in self.pending.drain(..)
-        {
-            match &durability {
-                Err(e) if durable => {
-                    let text = CommandError::Misconf(e.to_string()).to_string();
-                    encode(&Reply::error(text), protocol, &mut self.output);
-                }
-                _ => encode(&reply, protocol, &mut self.output),
+        self.resolve().await;
+        for PendingReply { slot, protocol } in self.pending.drain(..) {
+            if let ReplySlot::Ready(reply) = slot {
+                encode(&reply, protocol, &mut self.output);
             }
         }
         self.pending_size = 0;
@@ -333,10 +405,41 @@ impl Connection {
             &self.shared.stats.net_output_bytes,
             self.output.len() as u64,
         );
-        self.writer.write_all(&self.output).await?;
+        self.stream.write_all(&self.output).await?;
         self.output.clear();
         Ok(())
     }
+}
+
+/// The reply of a state command from the outcome of its proposal. Its time in commandstats runs
+/// from admission to the result: the log's latency is part of what the command costs.
+fn reply_to(
+    shared: &Shared,
+    command: usize,
+    started: Instant,
+    outcome: Result<Vec<OpResult>, ProposeError>,
+    reply: fn(OpResult) -> Result<Reply, CommandError>,
+) -> Reply {
+    let stat = &shared.stats.commands[command];
+    stats::bump(&stat.calls, 1);
+    stats::bump(&stat.usec, started.elapsed().as_micros() as u64);
+    let result = match outcome {
+        Ok(mut results) if results.len() == 1 => reply(results.remove(0)),
+        Ok(results) => Err(CommandError::UnexpectedResult(format!("{results:?}"))),
+        Err(e) => Err(CommandError::from(e)),
+    };
+    result.unwrap_or_else(|e| {
+        stats::bump(&stat.failed, 1);
+        Reply::error(e.to_string())
+    })
+}
+
+enum Parked {
+    Answered(Reply),
+    /// The connection closed (or the server is stopping it).
+    Closed,
+    /// The wait left the queue without a grant, by no doing of this connection.
+    Dropped,
 }
 
 /// Roughly the wire size of a reply (headers counted generously), walked without recursion.

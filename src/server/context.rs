@@ -1,13 +1,11 @@
-//! What a command sees while it runs: the shared server state, its own connection's state and
-//! the time it was applied at, and what it hands back to the connection loop.
+//! What a command sees: the shared server state, its own connection's state and the time it
+//! runs at; and what it hands back to the connection loop.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use bytes::Bytes;
-use flockd_core::{Journal, Millis, WaitTicket};
+use flockd_core::{Millis, Op, OpResult, StateMachine};
 use flockd_proto::{ProtocolVersion, Reply};
-use tokio::sync::oneshot;
+use parking_lot::RwLockReadGuard;
 
 use super::Shared;
 use super::clients::ClientHandle;
@@ -23,21 +21,20 @@ pub struct ConnState {
 pub struct Ctx<'a> {
     pub shared: &'a Shared,
     pub conn: &'a mut ConnState,
-    /// The moment the command is applied at: leases run from here.
+    /// Log time now: what reads compare leases against.
     pub now: Millis,
 }
 
 impl Ctx<'_> {
-    pub fn journal(&self) -> &dyn Journal {
-        &*self.shared.aof
+    /// The applied state, for read commands.
+    pub fn machine(&self) -> RwLockReadGuard<'_, StateMachine> {
+        self.shared.host.read()
     }
 }
 
-/// What the connection loop does after a command.
+/// What the connection loop does after a connection or read command.
 pub enum Outcome {
     Reply(Reply),
-    /// Park the connection until the lock is granted or the wait times out (like BLPOP).
-    Wait(Waiting),
     /// Send the reply, then close the connection (QUIT).
     ReplyAndClose(Reply),
     /// Close without a reply (SHUTDOWN, as Redis does when it goes down).
@@ -50,16 +47,16 @@ impl From<Reply> for Outcome {
     }
 }
 
-/// A queued FLOCK.ACQUIRE ... WAIT.
-pub struct Waiting {
-    pub name: Bytes,
-    pub ticket: WaitTicket,
-    pub grant: oneshot::Receiver<u64>,
-    pub deadline: Instant,
-}
-
 pub type CommandResult = Result<Outcome, CommandError>;
 
 pub fn reply(reply: Reply) -> CommandResult {
     Ok(Outcome::Reply(reply))
+}
+
+/// A state command turned into what the log carries, and how to answer from the result.
+pub struct Proposal {
+    pub op: Op,
+    /// Blocks like BLPOP for up to this long when the op queues (FLOCK.ACQUIRE ... WAIT).
+    pub wait_ms: u64,
+    pub reply: fn(OpResult) -> Result<Reply, CommandError>,
 }

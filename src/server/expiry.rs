@@ -1,18 +1,39 @@
-//! The one task that expires leases proactively: it sleeps until the earliest deadline, or until
-//! the core reports an earlier one, then expires what is due and hands each lock to its first
-//! waiter. No polling: with no leases it sleeps until woken.
+//! The one task that expires leases: it sleeps until the earliest deadline in the state
+//! machine's index (or until an apply reports an earlier one), then proposes the due leases as
+//! one `Op::Expire`. Expiry is an op like any other, so it is durable before anyone is told, and
+//! a replay or a replica applies the same expirations at the same log time.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::sync::Notify;
+use flockd_core::Op;
+use tracing::warn;
 
 use super::Shared;
+use super::propose::commit;
 
-pub async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
+/// Leases expired by one op at most (a burst of thousands is split, not one huge record).
+const BATCH: usize = 4096;
+
+pub async fn run(shared: Arc<Shared>) {
     loop {
-        let now = shared.clock.now();
-        shared.state.locks.expire_due(now, &*shared.aof);
-        let next = shared.state.locks.next_deadline();
+        let now = shared.log.now();
+        let (due, next) = {
+            let mut machine = shared.host.index();
+            let due = machine.due_leases(now, BATCH);
+            (due, machine.next_deadline())
+        };
+        if !due.is_empty() {
+            if let Err(e) = commit(&*shared.log, vec![Op::Expire { leases: due }]).await {
+                // The log cannot take it now (MISCONF); the leases stay scheduled.
+                warn!("cannot expire leases: {e}");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = shared.shutdown.cancelled() => return,
+                }
+            }
+            continue;
+        }
         tokio::select! {
             _ = async {
                 match next {
@@ -20,7 +41,7 @@ pub async fn run(shared: Arc<Shared>, wake: Arc<Notify>) {
                     None => std::future::pending().await,
                 }
             } => {}
-            _ = wake.notified() => {}
+            _ = shared.host.expiry_wake.notified() => {}
             _ = shared.shutdown.cancelled() => return,
         }
     }

@@ -1,24 +1,32 @@
-//! Server wiring: load the AOF into the state, listen, accept clients up to `maxclients`, run
-//! the expiry task, and shut down cleanly (stop accepting, let connections finish the command in
-//! flight, flush and fsync the AOF).
+//! Server wiring: load the AOF into the state machine, open the log, listen, accept clients up
+//! to `maxclients`, run the timer tasks (lease expiry, idle names), and shut down cleanly (stop
+//! accepting, let connections finish the command in flight, flush and fsync the AOF).
+//!
+//! The layers, in the order a request meets them: `connection` (bytes to requests, replies to
+//! bytes), `admission` (lookup, auth, arity, MISCONF), `crate::commands` (typed commands: state
+//! commands become ops), `propose` (the log: the AOF here), `host` (the state machine applies
+//! what the log committed, and routes its events to `waiters`).
 
+mod admission;
 pub mod clients;
 pub mod clock;
 mod connection;
 pub mod context;
 mod expiry;
+pub mod host;
+pub mod propose;
 pub mod stats;
+mod waiters;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flockd_aof::{Aof, AofOptions};
-use flockd_core::State;
+use flockd_core::{Op, StateMachine};
 use flockd_proto::Limits;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
@@ -26,6 +34,8 @@ use tracing::{error, info, warn};
 use crate::config::Config;
 use clients::ClientRegistry;
 use clock::Clock;
+use host::StateHost;
+use propose::{LocalLog, Propose, commit};
 use stats::ServerStats;
 
 /// Redis's input limits for clients that have not authenticated yet.
@@ -39,7 +49,11 @@ pub const PREAUTH_QUERY_BUFFER: usize = 1024 * 1024;
 /// Everything connections share.
 pub struct Shared {
     pub config: Config,
-    pub state: Arc<State>,
+    /// The state machine: read by connections, applied to by the log.
+    pub host: Arc<StateHost>,
+    /// Where state changes are proposed.
+    pub log: Arc<dyn Propose>,
+    /// The file behind the local log (rewrites, INFO persistence).
     pub aof: Arc<Aof>,
     pub clock: Clock,
     pub clients: ClientRegistry,
@@ -61,6 +75,11 @@ pub enum ServerError {
     },
     #[error(transparent)]
     Aof(#[from] flockd_aof::AofError),
+    #[error("cannot apply {what} at start: {source}")]
+    Start {
+        what: &'static str,
+        source: propose::ProposeError,
+    },
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -73,11 +92,11 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         path: config.dir.clone(),
         source,
     })?;
-    let clock = Clock::new();
-    let state = Arc::new(State::default());
     let aof_path = config.aof_path();
-    let replayed = tokio::task::block_in_place(|| replay(&aof_path, &state))?;
-    state.locks.rearm_after_replay(clock.now());
+    let mut machine = StateMachine::new();
+    let replayed = tokio::task::block_in_place(|| flockd_aof::load(&aof_path, &mut machine))?;
+    // INFO counts what this run does, not the replayed history.
+    machine.reset_stats();
     info!(
         file = %aof_path.display(),
         records = replayed.records,
@@ -85,23 +104,52 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         ms = replayed.elapsed.as_millis() as u64,
         "AOF loaded"
     );
-    let aof = Aof::open(
-        AofOptions {
-            path: aof_path,
-            fsync: config.appendfsync,
-            rewrite_min_size: config.auto_aof_rewrite_min_size,
-            rewrite_percentage: config.auto_aof_rewrite_percentage,
-        },
-        state.clone(),
-    )?;
-
+    let (position, last_at) = (machine.position(), machine.time());
+    let rearm = machine.has_holdings_or_waiters();
+    let clock = Clock::continuing_from(last_at);
+    let host = Arc::new(StateHost::new(machine));
+    let aof = tokio::task::block_in_place(|| {
+        Aof::open(
+            AofOptions {
+                path: aof_path,
+                fsync: config.appendfsync,
+                rewrite_min_size: config.auto_aof_rewrite_min_size,
+                rewrite_percentage: config.auto_aof_rewrite_percentage,
+            },
+            host.clone(),
+            position,
+            last_at,
+        )
+    })?;
+    let log: Arc<dyn Propose> = Arc::new(LocalLog {
+        aof: aof.clone(),
+        clock,
+    });
+    if rearm {
+        // Leases that were live at the stop get their full length from now (a restart never
+        // shortens one); waits died with their connections. Applied now, logged in front of the
+        // next entry written (see `Aof::prepend_applied`).
+        let entry = flockd_aof::Entry {
+            position: position + 1,
+            at: clock.now(),
+            ops: vec![Op::Rearm { extra_ms: 0 }],
+        };
+        let mut results = Vec::new();
+        flockd_aof::Applier::apply(&*host, std::slice::from_ref(&entry), &mut results);
+        aof.prepend_applied(entry);
+        info!("re-armed live leases: {results:?}");
+    }
     if let Some(by) = bump_tokens {
-        let names = state.locks.bump_all(by, &*aof);
+        let results = commit(&*log, vec![Op::BumpAll { by }])
+            .await
+            .map_err(|source| ServerError::Start {
+                what: "--bump-tokens",
+                source,
+            })?;
         warn!(
             by,
-            names,
-            floor = state.locks.token_floor(),
-            "raised every token counter (--bump-tokens)"
+            floor = host.read().token_floor(),
+            "raised every token counter (--bump-tokens): {results:?}"
         );
     }
 
@@ -125,7 +173,8 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     };
     let shared = Arc::new(Shared {
         config,
-        state,
+        host,
+        log,
         aof,
         clock,
         clients: ClientRegistry::default(),
@@ -138,13 +187,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         replayed,
     });
 
-    let wake_expiry = Arc::new(Notify::new());
-    let hook_wake = wake_expiry.clone();
-    shared
-        .state
-        .locks
-        .set_deadline_hook(Box::new(move |_| hook_wake.notify_one()));
-    let expiry = tokio::spawn(expiry::run(shared.clone(), wake_expiry));
+    let expiry = tokio::spawn(expiry::run(shared.clone()));
     tokio::spawn(reclaim_idle_names(shared.clone()));
     tokio::spawn(watch_signals(shared.shutdown.clone()));
 
@@ -185,52 +228,6 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     Ok(())
 }
 
-/// Replays the AOF into `state` with one thread per core: the reading thread decodes records and
-/// deals them out by lane (see `State::replay_lane`: a name's records keep their order, and
-/// lanes never share a table shard), the lane threads apply them. Replay is random access to a
-/// table that can hold millions of names, so it scales with cores.
-fn replay(
-    path: &std::path::Path,
-    state: &State,
-) -> Result<flockd_aof::ReplayReport, flockd_aof::AofError> {
-    const BATCH: usize = 4096;
-    let lanes = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8);
-    if lanes == 1 {
-        return flockd_aof::load(path, &mut |change| state.apply_change(&change));
-    }
-    std::thread::scope(|scope| {
-        let senders: Vec<_> = (0..lanes)
-            .map(|_| {
-                let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<flockd_core::Change>>(8);
-                scope.spawn(move || {
-                    for batch in rx {
-                        batch.iter().for_each(|change| state.apply_change(change));
-                    }
-                });
-                tx
-            })
-            .collect();
-        let mut batches: Vec<Vec<flockd_core::Change>> =
-            (0..lanes).map(|_| Vec::with_capacity(BATCH)).collect();
-        let report = flockd_aof::load(path, &mut |change| {
-            let lane = state.replay_lane(&change, lanes);
-            batches[lane].push(change);
-            if batches[lane].len() >= BATCH {
-                let full = std::mem::replace(&mut batches[lane], Vec::with_capacity(BATCH));
-                // A lane thread only stops when its sender is dropped, below.
-                let _ = senders[lane].send(full);
-            }
-        });
-        for (sender, batch) in senders.iter().zip(batches) {
-            let _ = sender.send(batch);
-        }
-        drop(senders);
-        report
-    })
-}
-
 fn accept(shared: &Arc<Shared>, connections: &TaskTracker, stream: TcpStream, peer: SocketAddr) {
     stats::bump(&shared.stats.connections_received, 1);
     let _ = stream.set_nodelay(true);
@@ -259,9 +256,11 @@ fn accept(shared: &Arc<Shared>, connections: &TaskTracker, stream: TcpStream, pe
     }
 }
 
-/// Once a second, forgets least-recently-used idle names beyond `max-idle-names` (a pass over
-/// the table, so off the async workers).
+/// Once a second, picks least-recently-used idle names beyond `max-idle-names` and proposes to
+/// forget them (a pass over the table, so off the async workers).
 async fn reclaim_idle_names(shared: Arc<Shared>) {
+    /// Names forgotten by one op at most.
+    const BATCH: usize = 10_000;
     let max = shared.config.max_idle_names;
     if max == 0 {
         return;
@@ -272,18 +271,35 @@ async fn reclaim_idle_names(shared: Arc<Shared>) {
             _ = tick.tick() => {}
             _ = shared.shutdown.cancelled() => return,
         }
-        let worker = shared.clone();
-        let forgotten =
-            tokio::task::spawn_blocking(move || worker.state.locks.reclaim_idle(max, &*worker.aof))
-                .await
-                .unwrap_or(0);
-        if forgotten > 0 {
-            stats::bump(&shared.stats.names_forgotten, forgotten as u64);
-            tracing::debug!(
-                forgotten,
-                floor = shared.state.locks.token_floor(),
-                "forgot idle lock names"
-            );
+        loop {
+            let host = shared.host.clone();
+            let names =
+                tokio::task::spawn_blocking(move || host.index().idle_candidates(max, BATCH))
+                    .await
+                    .unwrap_or_default();
+            if names.is_empty() {
+                break;
+            }
+            let full = names.len() == BATCH;
+            match commit(&*shared.log, vec![Op::Forget { names }]).await {
+                Ok(results) => {
+                    if let Some(flockd_core::OpResult::Forget(forgotten)) = results.first() {
+                        stats::bump(&shared.stats.names_forgotten, *forgotten as u64);
+                        tracing::debug!(
+                            forgotten,
+                            floor = shared.host.read().token_floor(),
+                            "forgot idle lock names"
+                        );
+                    }
+                }
+                Err(e) => {
+                    warn!("cannot forget idle names: {e}");
+                    break;
+                }
+            }
+            if !full {
+                break;
+            }
         }
     }
 }

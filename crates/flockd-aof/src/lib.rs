@@ -1,19 +1,21 @@
 //! flockd-aof: the append-only file (AOF) that makes flockd's lock table durable.
 //!
-//! * [`record`]: the file format. An 8-byte header `FLOCKAO1`, then records framed as
+//! * [`record`]: the file format. An 8-byte header `FLOCKAO2`, then records framed as
 //!   `[u32 LE payload length][u32 LE crc32][payload]`, the checksum covering the length field
-//!   and the payload, the payload one [`Change`] (a tag byte, then its fields).
-//! * [`load`] replays a file at start-up, cutting off a damaged tail (what a power loss leaves of
-//!   a write that was never acknowledged) and refusing a damaged middle.
-//! * [`Aof`] is the writer: [`flockd_core::Journal::append`] only queues a record; one writer
-//!   thread takes everything queued, writes it in one `write`, syncs once per batch under
-//!   `appendfsync always` (group commit) and publishes the durable sequence number that
-//!   [`Aof::wait_durable`] awaits. It also rewrites (compacts) the file in the background from a
-//!   [`SnapshotSource`], and recovers from write errors by such a rewrite.
+//!   and the payload; a payload is one log entry (a proposal's [`flockd_core::Op`]s with their
+//!   position and time) or an item of a snapshot. Files of the first format (`FLOCKAO1`, one
+//!   applied change per record) are still read.
+//! * [`load`] replays a file into a [`flockd_core::StateMachine`] at start-up, cutting off a
+//!   damaged tail (what a power loss leaves of a write that was never acknowledged) and refusing
+//!   a damaged middle.
+//! * [`Aof`] is the local log: [`Aof::propose`] only queues an entry; whoever writes takes
+//!   everything queued, writes it in one `write`, syncs once per batch under `appendfsync
+//!   always` (group commit), and only then has the [`Applier`] apply it and answers each
+//!   proposer. It also rewrites (compacts) the file in the background from a snapshot, and
+//!   recovers from write errors by such a rewrite.
 //! * [`check`] and [`fix`] back `flockd check-aof [--fix] FILE`.
 //!
-//! Nothing here knows about locks beyond the [`Change`] record: the crate is tested with real
-//! files and a fake snapshot source, without a lock table.
+//! The crate knows ops as records only: its tests drive it with a plain state machine.
 
 mod error;
 mod fsutil;
@@ -25,10 +27,10 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-pub use error::{AofError, ParseFsyncPolicyError};
-pub use flockd_core::Change;
+pub use error::{AofError, CommitError, ParseFsyncPolicyError};
+pub use record::Version;
 pub use replay::{CheckReport, ReplayReport, check, fix, load};
-pub use writer::{Aof, AofStats};
+pub use writer::{Aof, AofStats, Applier, Committed, Entry};
 
 /// When the writer calls fsync, as Redis's `appendfsync`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -109,21 +111,6 @@ impl AofOptions {
     }
 }
 
-/// Produces records that rebuild the whole in-memory state: what a rewrite writes.
-///
-/// Called on a background thread while appends go on; the records it emits need not be a
-/// consistent cut, because the writer also appends every record queued after the rewrite
-/// started, and records are absolute (see [`Change`]), so replaying them on top converges.
-pub trait SnapshotSource: Send + Sync + 'static {
-    fn snapshot(&self, emit: &mut dyn FnMut(Change));
-}
-
-impl SnapshotSource for flockd_core::State {
-    fn snapshot(&self, emit: &mut dyn FnMut(Change)) {
-        flockd_core::State::snapshot(self, emit);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,15 +132,6 @@ mod tests {
             err.as_deref(),
             Some("invalid appendfsync value 'sometimes': expected always, everysec or no")
         );
-    }
-
-    #[test]
-    fn the_core_state_is_a_snapshot_source() {
-        // Compile-time check only: the server hands its `Arc<State>` to `Aof::open`.
-        fn coerce(s: std::sync::Arc<flockd_core::State>) -> std::sync::Arc<dyn SnapshotSource> {
-            s
-        }
-        let _ = coerce;
     }
 
     #[test]

@@ -1,8 +1,8 @@
-//! The file format: header, record framing and the codec of one [`Change`].
+//! The file format: header, record framing, and the codec of the payloads.
 //!
 //! ```text
 //! file    = header record*
-//! header  = "FLOCKAO1"                      7 bytes of magic, then the format version '1'
+//! header  = "FLOCKAO" version               7 bytes of magic, then '2' (or '1', see below)
 //! record  = len:u32 LE  crc:u32 LE  payload[len]
 //!           crc = crc32 (IEEE, crc32fast) of the 4 length bytes followed by the payload
 //! payload = tag:u8 fields                   exactly `len` bytes, 1 <= len <= MAX_PAYLOAD
@@ -12,18 +12,31 @@
 //! payload. A zero length is invalid (every payload has a tag byte): a region of zeros, what some
 //! filesystems leave after a power loss, is never mistaken for records.
 //!
-//! Fields, in declaration order of the [`Change`] variant: `u64` and `u32` little-endian, byte
-//! strings as a `u32` LE length then the bytes, `Option<Bytes>` as a flag byte (0 none, 1 some)
-//! then the string. Tags: 1 Grant, 2 Renew, 3 Release, 4 Expire, 5 ForceRelease, 6 Advance,
-//! 7 FenceSet, 8 Floor. Decoding checks every length against the bytes left before copying and
-//! requires the payload to be consumed exactly; it never panics on any input.
+//! **Version 2** (written today). A file is an optional snapshot, then log entries:
+//! - `16` entry: `position:u64 at:u64 count:u32` then `count` ops, each `op-tag:u8 fields`
+//!   (op tags: 1 Acquire, 2 Renew, 3 Release, 4 ForceRelease, 5 Advance, 6 FenceSet,
+//!   7 CancelWait, 8 Expire, 9 Rearm, 10 Forget, 11 BumpAll). One entry is one proposal: a
+//!   transaction's ops are one record, so a torn tail drops them together.
+//! - `32` snapshot begin: `position:u64 at:u64`, the log position the snapshot reflects; replay
+//!   skips entries at or below it. Then the snapshot's items: `33` floor, `34` counter,
+//!   `35` holding, `36` waiter, `37` fence (fields in the order of `flockd_core::SnapshotItem`).
+//!
+//! **Version 1** (read only): one applied change per record, tags 1 Grant, 2 Renew, 3 Release,
+//! 4 Expire, 5 ForceRelease, 6 Advance, 7 FenceSet, 8 Floor (`flockd_core::V1Change`).
+//!
+//! Fields: `u64`/`u32` little-endian, byte strings as a `u32` LE length then the bytes,
+//! `Option<bytes>` as a flag byte (0 none, 1 some) then the string, booleans as a byte 0/1.
+//! Decoding checks every length against the bytes left before copying, never allocates more than
+//! the payload holds, and requires the payload to be consumed exactly; it never panics.
 
 use bytes::Bytes;
-use flockd_core::Change;
+use flockd_core::{HoldingRef, Millis, Op, SnapshotItem, V1Change, WaitId};
 
-/// The 8-byte file header: magic `FLOCKAO` and the format version `1`.
-pub const HEADER: [u8; 8] = *b"FLOCKAO1";
-/// The magic part of [`HEADER`] (without the version byte).
+/// The header of the files written today: magic `FLOCKAO` and format version `2`.
+pub const HEADER: [u8; 8] = *b"FLOCKAO2";
+/// The header of the first format, still read.
+pub const HEADER_V1: [u8; 8] = *b"FLOCKAO1";
+/// The magic part of the headers (without the version byte).
 pub const MAGIC: &[u8] = b"FLOCKAO";
 /// Bytes before a record's payload: length and checksum.
 pub const FRAME_HEADER_LEN: usize = 8;
@@ -32,14 +45,56 @@ pub const FRAME_HEADER_LEN: usize = 8;
 /// damaged length from being believed.
 pub const MAX_PAYLOAD: usize = 1 << 30;
 
-const TAG_GRANT: u8 = 1;
-const TAG_RENEW: u8 = 2;
-const TAG_RELEASE: u8 = 3;
-const TAG_EXPIRE: u8 = 4;
-const TAG_FORCE_RELEASE: u8 = 5;
-const TAG_ADVANCE: u8 = 6;
-const TAG_FENCE_SET: u8 = 7;
-const TAG_FLOOR: u8 = 8;
+/// A file format version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+impl Version {
+    /// The version a header names, if it is one of ours.
+    pub fn of_header(header: &[u8]) -> Option<Version> {
+        if header == HEADER {
+            Some(Version::V2)
+        } else if header == HEADER_V1 {
+            Some(Version::V1)
+        } else {
+            None
+        }
+    }
+}
+
+mod tag {
+    pub const V1_GRANT: u8 = 1;
+    pub const V1_RENEW: u8 = 2;
+    pub const V1_RELEASE: u8 = 3;
+    pub const V1_EXPIRE: u8 = 4;
+    pub const V1_FORCE_RELEASE: u8 = 5;
+    pub const V1_ADVANCE: u8 = 6;
+    pub const V1_FENCE_SET: u8 = 7;
+    pub const V1_FLOOR: u8 = 8;
+
+    pub const ENTRY: u8 = 16;
+    pub const SNAPSHOT_BEGIN: u8 = 32;
+    pub const FLOOR: u8 = 33;
+    pub const COUNTER: u8 = 34;
+    pub const HOLDING: u8 = 35;
+    pub const WAITER: u8 = 36;
+    pub const FENCE: u8 = 37;
+
+    pub const OP_ACQUIRE: u8 = 1;
+    pub const OP_RENEW: u8 = 2;
+    pub const OP_RELEASE: u8 = 3;
+    pub const OP_FORCE_RELEASE: u8 = 4;
+    pub const OP_ADVANCE: u8 = 5;
+    pub const OP_FENCE_SET: u8 = 6;
+    pub const OP_CANCEL_WAIT: u8 = 7;
+    pub const OP_EXPIRE: u8 = 8;
+    pub const OP_REARM: u8 = 9;
+    pub const OP_FORGET: u8 = 10;
+    pub const OP_BUMP_ALL: u8 = 11;
+}
 
 /// Why a payload could not be encoded.
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
@@ -55,12 +110,36 @@ pub enum DecodeError {
     Empty,
     #[error("unknown record type {0}")]
     UnknownTag(u8),
+    #[error("unknown operation type {0}")]
+    UnknownOp(u8),
     #[error("payload ends inside a field")]
     Truncated,
-    #[error("bad option flag {0}")]
+    #[error("bad flag byte {0}")]
     BadFlag(u8),
     #[error("{0} unused bytes after the record's fields")]
     Trailing(usize),
+}
+
+/// One decoded payload of a version 2 file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record<'a> {
+    /// A log entry: one proposal's ops, at `position`, taking effect at `at`.
+    Entry {
+        position: u64,
+        at: Millis,
+        ops: Vec<Op>,
+    },
+    /// The start of a snapshot reflecting the log up to `position`.
+    SnapshotBegin { position: u64, at: Millis },
+    /// One item of the snapshot.
+    Item(SnapshotItem<'a>),
+}
+
+/// A decoded payload of either version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Payload<'a> {
+    V1(V1Change),
+    V2(Record<'a>),
 }
 
 /// Whether a declared payload length can be a record's (before looking at the bytes).
@@ -83,42 +162,219 @@ pub fn parse_frame_header(h: [u8; FRAME_HEADER_LEN]) -> (u32, u32) {
     (len, crc)
 }
 
-fn bytes_len(b: &Bytes) -> usize {
-    4 + b.len()
+// ----------------------------------------------------------------------------- encoding
+
+/// Builds one framed record at the end of a buffer.
+struct Frame<'a> {
+    out: &'a mut Vec<u8>,
+    start: usize,
 }
 
-fn payload_len(change: &Change) -> usize {
-    1 + match change {
-        Change::Grant { name, owner, .. } => {
-            bytes_len(name) + 8 + 8 + 4 + 1 + owner.as_ref().map_or(0, bytes_len) + 8
+impl<'a> Frame<'a> {
+    fn begin(out: &'a mut Vec<u8>, tag: u8) -> Frame<'a> {
+        let start = out.len();
+        out.extend_from_slice(&[0; FRAME_HEADER_LEN]);
+        out.push(tag);
+        Frame { out, start }
+    }
+
+    fn u8(&mut self, v: u8) -> &mut Self {
+        self.out.push(v);
+        self
+    }
+
+    fn u32(&mut self, v: u32) -> &mut Self {
+        self.out.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    fn u64(&mut self, v: u64) -> &mut Self {
+        self.out.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        // A longer string makes the payload too large, which `finish` refuses.
+        self.u32(u32::try_from(b.len()).unwrap_or(u32::MAX));
+        self.out.extend_from_slice(b);
+        self
+    }
+
+    fn opt_bytes(&mut self, b: Option<&[u8]>) -> &mut Self {
+        match b {
+            Some(b) => self.u8(1).bytes(b),
+            None => self.u8(0),
         }
-        Change::Renew { name, .. } => bytes_len(name) + 8,
-        Change::Release { name, .. } => bytes_len(name) + 4,
-        Change::Expire { name } | Change::ForceRelease { name } => bytes_len(name),
-        Change::Advance { name, .. } => bytes_len(name) + 8,
-        Change::FenceSet { key, value, .. } => bytes_len(key) + 8 + bytes_len(value),
-        Change::Floor { .. } => 8,
+    }
+
+    fn wait(&mut self, w: WaitId) -> &mut Self {
+        self.u64(w.position).u32(w.index)
+    }
+
+    /// Fills in length and checksum; on a payload over [`MAX_PAYLOAD`] removes the record.
+    fn finish(self) -> Result<(), RecordTooLarge> {
+        let payload_start = self.start + FRAME_HEADER_LEN;
+        let len = self.out.len() - payload_start;
+        if len > MAX_PAYLOAD {
+            self.out.truncate(self.start);
+            return Err(RecordTooLarge { len });
+        }
+        let len32 = len as u32;
+        let crc = checksum(len32, &self.out[payload_start..]);
+        self.out[self.start..self.start + 4].copy_from_slice(&len32.to_le_bytes());
+        self.out[self.start + 4..payload_start].copy_from_slice(&crc.to_le_bytes());
+        Ok(())
     }
 }
 
-fn put_bytes(out: &mut Vec<u8>, b: &Bytes) {
-    // Lengths fit u32: the whole payload was checked against MAX_PAYLOAD first.
-    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-    out.extend_from_slice(b);
+fn put_op(f: &mut Frame<'_>, op: &Op) {
+    match op {
+        Op::Acquire {
+            name,
+            lease_ms,
+            owner,
+            wait,
+        } => {
+            f.u8(tag::OP_ACQUIRE)
+                .bytes(name)
+                .u64(*lease_ms)
+                .opt_bytes(owner.as_deref())
+                .u8(u8::from(*wait));
+        }
+        Op::Renew {
+            name,
+            token,
+            lease_ms,
+        } => {
+            f.u8(tag::OP_RENEW).bytes(name).u64(*token).u64(*lease_ms);
+        }
+        Op::Release { name, token } => {
+            f.u8(tag::OP_RELEASE).bytes(name).u64(*token);
+        }
+        Op::ForceRelease { name } => {
+            f.u8(tag::OP_FORCE_RELEASE).bytes(name);
+        }
+        Op::Advance { name, token } => {
+            f.u8(tag::OP_ADVANCE).bytes(name).u64(*token);
+        }
+        Op::FenceSet { key, token, value } => {
+            f.u8(tag::OP_FENCE_SET).bytes(key).u64(*token).bytes(value);
+        }
+        Op::CancelWait {
+            name,
+            wait,
+            release_if_granted,
+        } => {
+            f.u8(tag::OP_CANCEL_WAIT)
+                .bytes(name)
+                .wait(*wait)
+                .u8(u8::from(*release_if_granted));
+        }
+        Op::Expire { leases } => {
+            f.u8(tag::OP_EXPIRE).u32(leases.len() as u32);
+            for lease in leases {
+                f.bytes(&lease.name).u64(lease.first_token);
+            }
+        }
+        Op::Rearm { extra_ms } => {
+            f.u8(tag::OP_REARM).u64(*extra_ms);
+        }
+        Op::Forget { names } => {
+            f.u8(tag::OP_FORGET).u32(names.len() as u32);
+            for name in names {
+                f.bytes(name);
+            }
+        }
+        Op::BumpAll { by } => {
+            f.u8(tag::OP_BUMP_ALL).u64(*by);
+        }
+    }
 }
 
-/// Appends the framed record of `change` to `out`. Fails (leaving `out` unchanged) only if the
-/// payload would exceed [`MAX_PAYLOAD`].
-pub fn encode_record(change: &Change, out: &mut Vec<u8>) -> Result<(), RecordTooLarge> {
-    let len = payload_len(change);
-    if len > MAX_PAYLOAD {
-        return Err(RecordTooLarge { len });
+/// Appends the framed record of one log entry to `out`. Fails (leaving `out` unchanged) only
+/// if the payload would exceed [`MAX_PAYLOAD`].
+pub fn encode_entry(
+    position: u64,
+    at: Millis,
+    ops: &[Op],
+    out: &mut Vec<u8>,
+) -> Result<(), RecordTooLarge> {
+    let mut f = Frame::begin(out, tag::ENTRY);
+    f.u64(position).u64(at.0).u32(ops.len() as u32);
+    for op in ops {
+        put_op(&mut f, op);
     }
-    let start = out.len();
-    out.reserve(FRAME_HEADER_LEN + len);
-    out.extend_from_slice(&[0; FRAME_HEADER_LEN]);
-    match change {
-        Change::Grant {
+    f.finish()
+}
+
+/// Appends the record that starts a snapshot of the log up to `position`.
+pub fn encode_snapshot_begin(position: u64, at: Millis, out: &mut Vec<u8>) {
+    let mut f = Frame::begin(out, tag::SNAPSHOT_BEGIN);
+    f.u64(position).u64(at.0);
+    f.finish().expect("a small record");
+}
+
+/// Appends the record of one snapshot item.
+pub fn encode_item(item: &SnapshotItem<'_>, out: &mut Vec<u8>) -> Result<(), RecordTooLarge> {
+    let f = match item {
+        SnapshotItem::Floor { token } => {
+            let mut f = Frame::begin(out, tag::FLOOR);
+            f.u64(*token);
+            f
+        }
+        SnapshotItem::Counter { name, token } => {
+            let mut f = Frame::begin(out, tag::COUNTER);
+            f.bytes(name).u64(*token);
+            f
+        }
+        SnapshotItem::Holding {
+            name,
+            first_token,
+            token,
+            holds,
+            owner,
+            lease_ms,
+            deadline,
+            grants,
+        } => {
+            let mut f = Frame::begin(out, tag::HOLDING);
+            f.bytes(name)
+                .u64(*first_token)
+                .u64(*token)
+                .u32(*holds)
+                .opt_bytes(*owner)
+                .u64(*lease_ms)
+                .u64(deadline.0)
+                .u32(grants.len() as u32);
+            for (wait, token) in grants {
+                f.wait(*wait).u64(*token);
+            }
+            f
+        }
+        SnapshotItem::Waiter {
+            name,
+            wait,
+            owner,
+            lease_ms,
+        } => {
+            let mut f = Frame::begin(out, tag::WAITER);
+            f.bytes(name).wait(*wait).opt_bytes(*owner).u64(*lease_ms);
+            f
+        }
+        SnapshotItem::Fence { key, token, value } => {
+            let mut f = Frame::begin(out, tag::FENCE);
+            f.bytes(key).u64(*token).bytes(value);
+            f
+        }
+    };
+    f.finish()
+}
+
+/// Appends the framed record of a first-format change to `out` (for tests and tools that make
+/// old files; the server never writes version 1).
+pub fn encode_v1(change: &V1Change, out: &mut Vec<u8>) -> Result<(), RecordTooLarge> {
+    let f = match change {
+        V1Change::Grant {
             name,
             token,
             first_token,
@@ -126,62 +382,55 @@ pub fn encode_record(change: &Change, out: &mut Vec<u8>) -> Result<(), RecordToo
             owner,
             lease_ms,
         } => {
-            out.push(TAG_GRANT);
-            put_bytes(out, name);
-            out.extend_from_slice(&token.to_le_bytes());
-            out.extend_from_slice(&first_token.to_le_bytes());
-            out.extend_from_slice(&holds.to_le_bytes());
-            match owner {
-                Some(o) => {
-                    out.push(1);
-                    put_bytes(out, o);
-                }
-                None => out.push(0),
-            }
-            out.extend_from_slice(&lease_ms.to_le_bytes());
+            let mut f = Frame::begin(out, tag::V1_GRANT);
+            f.bytes(name)
+                .u64(*token)
+                .u64(*first_token)
+                .u32(*holds)
+                .opt_bytes(owner.as_deref())
+                .u64(*lease_ms);
+            f
         }
-        Change::Renew { name, lease_ms } => {
-            out.push(TAG_RENEW);
-            put_bytes(out, name);
-            out.extend_from_slice(&lease_ms.to_le_bytes());
+        V1Change::Renew { name, lease_ms } => {
+            let mut f = Frame::begin(out, tag::V1_RENEW);
+            f.bytes(name).u64(*lease_ms);
+            f
         }
-        Change::Release { name, holds_left } => {
-            out.push(TAG_RELEASE);
-            put_bytes(out, name);
-            out.extend_from_slice(&holds_left.to_le_bytes());
+        V1Change::Release { name, holds_left } => {
+            let mut f = Frame::begin(out, tag::V1_RELEASE);
+            f.bytes(name).u32(*holds_left);
+            f
         }
-        Change::Expire { name } => {
-            out.push(TAG_EXPIRE);
-            put_bytes(out, name);
+        V1Change::Expire { name } => {
+            let mut f = Frame::begin(out, tag::V1_EXPIRE);
+            f.bytes(name);
+            f
         }
-        Change::ForceRelease { name } => {
-            out.push(TAG_FORCE_RELEASE);
-            put_bytes(out, name);
+        V1Change::ForceRelease { name } => {
+            let mut f = Frame::begin(out, tag::V1_FORCE_RELEASE);
+            f.bytes(name);
+            f
         }
-        Change::Advance { name, token } => {
-            out.push(TAG_ADVANCE);
-            put_bytes(out, name);
-            out.extend_from_slice(&token.to_le_bytes());
+        V1Change::Advance { name, token } => {
+            let mut f = Frame::begin(out, tag::V1_ADVANCE);
+            f.bytes(name).u64(*token);
+            f
         }
-        Change::FenceSet { key, token, value } => {
-            out.push(TAG_FENCE_SET);
-            put_bytes(out, key);
-            out.extend_from_slice(&token.to_le_bytes());
-            put_bytes(out, value);
+        V1Change::FenceSet { key, token, value } => {
+            let mut f = Frame::begin(out, tag::V1_FENCE_SET);
+            f.bytes(key).u64(*token).bytes(value);
+            f
         }
-        Change::Floor { token } => {
-            out.push(TAG_FLOOR);
-            out.extend_from_slice(&token.to_le_bytes());
+        V1Change::Floor { token } => {
+            let mut f = Frame::begin(out, tag::V1_FLOOR);
+            f.u64(*token);
+            f
         }
-    }
-    let payload_start = start + FRAME_HEADER_LEN;
-    debug_assert_eq!(out.len() - payload_start, len);
-    let len32 = len as u32;
-    let crc = checksum(len32, &out[payload_start..]);
-    out[start..start + 4].copy_from_slice(&len32.to_le_bytes());
-    out[start + 4..payload_start].copy_from_slice(&crc.to_le_bytes());
-    Ok(())
+    };
+    f.finish()
 }
+
+// ----------------------------------------------------------------------------- decoding
 
 /// A bounds-checked reader over a payload.
 struct Cursor<'a> {
@@ -208,33 +457,171 @@ impl<'a> Cursor<'a> {
     }
 
     fn u64(&mut self) -> Result<u64, DecodeError> {
-        let b = self.take(8)?;
         let mut a = [0u8; 8];
-        a.copy_from_slice(b);
+        a.copy_from_slice(self.take(8)?);
         Ok(u64::from_le_bytes(a))
     }
 
-    fn bytes(&mut self) -> Result<Bytes, DecodeError> {
+    fn flag(&mut self) -> Result<bool, DecodeError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            f => Err(DecodeError::BadFlag(f)),
+        }
+    }
+
+    /// A string, borrowed from the payload. `take` checks the declared length against what is
+    /// left before anything is used.
+    fn slice(&mut self) -> Result<&'a [u8], DecodeError> {
         let len = self.u32()? as usize;
-        // `take` checks the declared length against what is left before anything is copied.
-        Ok(Bytes::copy_from_slice(self.take(len)?))
+        self.take(len)
+    }
+
+    fn bytes(&mut self) -> Result<Bytes, DecodeError> {
+        Ok(Bytes::copy_from_slice(self.slice()?))
+    }
+
+    fn opt_slice(&mut self) -> Result<Option<&'a [u8]>, DecodeError> {
+        if self.flag()? {
+            Ok(Some(self.slice()?))
+        } else {
+            Ok(None)
+        }
     }
 
     fn opt_bytes(&mut self) -> Result<Option<Bytes>, DecodeError> {
-        match self.u8()? {
-            0 => Ok(None),
-            1 => Ok(Some(self.bytes()?)),
-            f => Err(DecodeError::BadFlag(f)),
+        Ok(self.opt_slice()?.map(Bytes::copy_from_slice))
+    }
+
+    fn wait(&mut self) -> Result<WaitId, DecodeError> {
+        Ok(WaitId {
+            position: self.u64()?,
+            index: self.u32()?,
+        })
+    }
+
+    /// `count` elements read by `one`. Nothing is reserved for the declared count: a damaged
+    /// count runs out of bytes instead of allocating.
+    fn many<T>(
+        &mut self,
+        mut one: impl FnMut(&mut Self) -> Result<T, DecodeError>,
+    ) -> Result<Vec<T>, DecodeError> {
+        let count = self.u32()?;
+        let mut items = Vec::new();
+        for _ in 0..count {
+            items.push(one(self)?);
+        }
+        Ok(items)
+    }
+
+    fn finish(&self) -> Result<(), DecodeError> {
+        if self.rest.is_empty() {
+            Ok(())
+        } else {
+            Err(DecodeError::Trailing(self.rest.len()))
         }
     }
 }
 
-/// Decodes one payload (without its frame header). The whole payload must be used.
-pub fn decode_payload(payload: &[u8]) -> Result<Change, DecodeError> {
+fn op(c: &mut Cursor<'_>) -> Result<Op, DecodeError> {
+    Ok(match c.u8()? {
+        tag::OP_ACQUIRE => Op::Acquire {
+            name: c.bytes()?,
+            lease_ms: c.u64()?,
+            owner: c.opt_bytes()?,
+            wait: c.flag()?,
+        },
+        tag::OP_RENEW => Op::Renew {
+            name: c.bytes()?,
+            token: c.u64()?,
+            lease_ms: c.u64()?,
+        },
+        tag::OP_RELEASE => Op::Release {
+            name: c.bytes()?,
+            token: c.u64()?,
+        },
+        tag::OP_FORCE_RELEASE => Op::ForceRelease { name: c.bytes()? },
+        tag::OP_ADVANCE => Op::Advance {
+            name: c.bytes()?,
+            token: c.u64()?,
+        },
+        tag::OP_FENCE_SET => Op::FenceSet {
+            key: c.bytes()?,
+            token: c.u64()?,
+            value: c.bytes()?,
+        },
+        tag::OP_CANCEL_WAIT => Op::CancelWait {
+            name: c.bytes()?,
+            wait: c.wait()?,
+            release_if_granted: c.flag()?,
+        },
+        tag::OP_EXPIRE => Op::Expire {
+            leases: c.many(|c| {
+                Ok(HoldingRef {
+                    name: c.bytes()?,
+                    first_token: c.u64()?,
+                })
+            })?,
+        },
+        tag::OP_REARM => Op::Rearm { extra_ms: c.u64()? },
+        tag::OP_FORGET => Op::Forget {
+            names: c.many(Cursor::bytes)?,
+        },
+        tag::OP_BUMP_ALL => Op::BumpAll { by: c.u64()? },
+        t => return Err(DecodeError::UnknownOp(t)),
+    })
+}
+
+/// Decodes one version 2 payload (without its frame header). The whole payload must be used.
+pub fn decode_v2(payload: &[u8]) -> Result<Record<'_>, DecodeError> {
     let mut c = Cursor { rest: payload };
-    let tag = c.u8().map_err(|_| DecodeError::Empty)?;
-    let change = match tag {
-        TAG_GRANT => Change::Grant {
+    let record = match c.u8().map_err(|_| DecodeError::Empty)? {
+        tag::ENTRY => Record::Entry {
+            position: c.u64()?,
+            at: Millis(c.u64()?),
+            ops: c.many(op)?,
+        },
+        tag::SNAPSHOT_BEGIN => Record::SnapshotBegin {
+            position: c.u64()?,
+            at: Millis(c.u64()?),
+        },
+        tag::FLOOR => Record::Item(SnapshotItem::Floor { token: c.u64()? }),
+        tag::COUNTER => Record::Item(SnapshotItem::Counter {
+            name: c.slice()?,
+            token: c.u64()?,
+        }),
+        tag::HOLDING => Record::Item(SnapshotItem::Holding {
+            name: c.slice()?,
+            first_token: c.u64()?,
+            token: c.u64()?,
+            holds: c.u32()?,
+            owner: c.opt_slice()?,
+            lease_ms: c.u64()?,
+            deadline: Millis(c.u64()?),
+            grants: c.many(|c| Ok((c.wait()?, c.u64()?)))?,
+        }),
+        tag::WAITER => Record::Item(SnapshotItem::Waiter {
+            name: c.slice()?,
+            wait: c.wait()?,
+            owner: c.opt_slice()?,
+            lease_ms: c.u64()?,
+        }),
+        tag::FENCE => Record::Item(SnapshotItem::Fence {
+            key: c.slice()?,
+            token: c.u64()?,
+            value: c.slice()?,
+        }),
+        t => return Err(DecodeError::UnknownTag(t)),
+    };
+    c.finish()?;
+    Ok(record)
+}
+
+/// Decodes one first-format payload.
+pub fn decode_v1(payload: &[u8]) -> Result<V1Change, DecodeError> {
+    let mut c = Cursor { rest: payload };
+    let change = match c.u8().map_err(|_| DecodeError::Empty)? {
+        tag::V1_GRANT => V1Change::Grant {
             name: c.bytes()?,
             token: c.u64()?,
             first_token: c.u64()?,
@@ -242,37 +629,47 @@ pub fn decode_payload(payload: &[u8]) -> Result<Change, DecodeError> {
             owner: c.opt_bytes()?,
             lease_ms: c.u64()?,
         },
-        TAG_RENEW => Change::Renew {
+        tag::V1_RENEW => V1Change::Renew {
             name: c.bytes()?,
             lease_ms: c.u64()?,
         },
-        TAG_RELEASE => Change::Release {
+        tag::V1_RELEASE => V1Change::Release {
             name: c.bytes()?,
             holds_left: c.u32()?,
         },
-        TAG_EXPIRE => Change::Expire { name: c.bytes()? },
-        TAG_FORCE_RELEASE => Change::ForceRelease { name: c.bytes()? },
-        TAG_ADVANCE => Change::Advance {
+        tag::V1_EXPIRE => V1Change::Expire { name: c.bytes()? },
+        tag::V1_FORCE_RELEASE => V1Change::ForceRelease { name: c.bytes()? },
+        tag::V1_ADVANCE => V1Change::Advance {
             name: c.bytes()?,
             token: c.u64()?,
         },
-        TAG_FENCE_SET => Change::FenceSet {
+        tag::V1_FENCE_SET => V1Change::FenceSet {
             key: c.bytes()?,
             token: c.u64()?,
             value: c.bytes()?,
         },
-        TAG_FLOOR => Change::Floor { token: c.u64()? },
+        tag::V1_FLOOR => V1Change::Floor { token: c.u64()? },
         t => return Err(DecodeError::UnknownTag(t)),
     };
-    if !c.rest.is_empty() {
-        return Err(DecodeError::Trailing(c.rest.len()));
-    }
+    c.finish()?;
     Ok(change)
 }
 
-/// Whether `tag` starts some payload: a cheap filter before checksumming a candidate record.
-pub(crate) fn tag_is_known(tag: u8) -> bool {
-    (TAG_GRANT..=TAG_FLOOR).contains(&tag)
+/// Decodes a payload of a file of `version`.
+pub fn decode_payload(version: Version, payload: &[u8]) -> Result<Payload<'_>, DecodeError> {
+    match version {
+        Version::V1 => decode_v1(payload).map(Payload::V1),
+        Version::V2 => decode_v2(payload).map(Payload::V2),
+    }
+}
+
+/// Whether `tag` starts some payload of `version`: a cheap filter before checksumming a
+/// candidate record.
+pub(crate) fn tag_is_known(version: Version, t: u8) -> bool {
+    match version {
+        Version::V1 => (tag::V1_GRANT..=tag::V1_FLOOR).contains(&t),
+        Version::V2 => t == tag::ENTRY || (tag::SNAPSHOT_BEGIN..=tag::FENCE).contains(&t),
+    }
 }
 
 /// Why the record at the start of a buffer is not valid.
@@ -301,8 +698,8 @@ impl std::fmt::Display for FrameError {
     }
 }
 
-/// Decodes the framed record at the start of `buf`: the change and the record's total length.
-pub fn decode_record(buf: &[u8]) -> Result<(Change, usize), FrameError> {
+/// Decodes the framed record at the start of `buf`: the payload and the record's total length.
+pub fn decode_record(version: Version, buf: &[u8]) -> Result<(Payload<'_>, usize), FrameError> {
     if buf.len() < FRAME_HEADER_LEN {
         return Err(FrameError::CutShort {
             have: buf.len(),
@@ -326,136 +723,9 @@ pub fn decode_record(buf: &[u8]) -> Result<(Change, usize), FrameError> {
     if checksum(len, payload) != crc {
         return Err(FrameError::Checksum);
     }
-    let change = decode_payload(payload).map_err(FrameError::Payload)?;
-    Ok((change, total))
+    let decoded = decode_payload(version, payload).map_err(FrameError::Payload)?;
+    Ok((decoded, total))
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn arb_bytes() -> impl Strategy<Value = Bytes> {
-        proptest::collection::vec(any::<u8>(), 0..64).prop_map(Bytes::from)
-    }
-
-    pub(crate) fn arb_change() -> impl Strategy<Value = Change> {
-        prop_oneof![
-            (
-                arb_bytes(),
-                any::<u64>(),
-                any::<u64>(),
-                any::<u32>(),
-                proptest::option::of(arb_bytes()),
-                any::<u64>()
-            )
-                .prop_map(|(name, token, first_token, holds, owner, lease_ms)| {
-                    Change::Grant {
-                        name,
-                        token,
-                        first_token,
-                        holds,
-                        owner,
-                        lease_ms,
-                    }
-                }),
-            (arb_bytes(), any::<u64>())
-                .prop_map(|(name, lease_ms)| Change::Renew { name, lease_ms }),
-            (arb_bytes(), any::<u32>())
-                .prop_map(|(name, holds_left)| Change::Release { name, holds_left }),
-            arb_bytes().prop_map(|name| Change::Expire { name }),
-            arb_bytes().prop_map(|name| Change::ForceRelease { name }),
-            (arb_bytes(), any::<u64>()).prop_map(|(name, token)| Change::Advance { name, token }),
-            (arb_bytes(), any::<u64>(), arb_bytes())
-                .prop_map(|(key, token, value)| Change::FenceSet { key, token, value }),
-            any::<u64>().prop_map(|token| Change::Floor { token }),
-        ]
-    }
-
-    proptest! {
-        #[test]
-        fn round_trip(changes in proptest::collection::vec(arb_change(), 1..8)) {
-            let mut buf = Vec::new();
-            for c in &changes {
-                encode_record(c, &mut buf).expect("small record");
-            }
-            let mut rest = &buf[..];
-            let mut decoded = Vec::new();
-            while !rest.is_empty() {
-                let (c, n) = decode_record(rest).expect("valid record");
-                decoded.push(c);
-                rest = &rest[n..];
-            }
-            prop_assert_eq!(decoded, changes);
-        }
-
-        #[test]
-        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
-            let _ = decode_payload(&bytes);
-            let _ = decode_record(&bytes);
-        }
-
-        #[test]
-        fn any_single_bit_flip_is_detected(change in arb_change(), bit in any::<proptest::sample::Index>()) {
-            let mut buf = Vec::new();
-            encode_record(&change, &mut buf).expect("small record");
-            let i = bit.index(buf.len() * 8);
-            buf[i / 8] ^= 1 << (i % 8);
-            if let Ok((c, n)) = decode_record(&buf) {
-                prop_assert!(n != buf.len() || c != change, "flip went unnoticed");
-            }
-        }
-
-        #[test]
-        fn every_proper_prefix_is_cut_short(change in arb_change(), cut in any::<proptest::sample::Index>()) {
-            let mut buf = Vec::new();
-            encode_record(&change, &mut buf).expect("small record");
-            let cut = cut.index(buf.len());
-            let is_cut_short = matches!(decode_record(&buf[..cut]), Err(FrameError::CutShort { .. }));
-            prop_assert!(is_cut_short);
-        }
-    }
-
-    #[test]
-    fn zero_length_and_huge_length_are_invalid() {
-        let mut buf = vec![0u8; 16];
-        assert_eq!(decode_record(&buf), Err(FrameError::BadLength(0)));
-        buf[..4].copy_from_slice(&(MAX_PAYLOAD as u32 + 1).to_le_bytes());
-        assert_eq!(
-            decode_record(&buf),
-            Err(FrameError::BadLength(MAX_PAYLOAD as u32 + 1))
-        );
-    }
-
-    #[test]
-    fn decode_errors() {
-        assert_eq!(decode_payload(&[]), Err(DecodeError::Empty));
-        assert_eq!(decode_payload(&[99]), Err(DecodeError::UnknownTag(99)));
-        assert_eq!(
-            decode_payload(&[TAG_EXPIRE, 5, 0, 0, 0, b'a']),
-            Err(DecodeError::Truncated)
-        );
-        assert_eq!(
-            decode_payload(&[TAG_EXPIRE, 1, 0, 0, 0, b'a', 0]),
-            Err(DecodeError::Trailing(1))
-        );
-        // A huge declared string length is refused without allocating it.
-        assert_eq!(
-            decode_payload(&[TAG_EXPIRE, 255, 255, 255, 255]),
-            Err(DecodeError::Truncated)
-        );
-        let mut grant = vec![TAG_GRANT, 0, 0, 0, 0];
-        grant.extend_from_slice(&[0; 20]);
-        grant.push(7);
-        assert_eq!(decode_payload(&grant), Err(DecodeError::BadFlag(7)));
-    }
-
-    #[test]
-    fn known_layout() {
-        let mut buf = Vec::new();
-        encode_record(&Change::Floor { token: 0x0102 }, &mut buf).expect("small record");
-        assert_eq!(&buf[..4], &9u32.to_le_bytes());
-        assert_eq!(&buf[8..], &[TAG_FLOOR, 2, 1, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(&buf[4..8], &checksum(9, &buf[8..]).to_le_bytes());
-    }
-}
+pub(crate) mod tests;

@@ -28,25 +28,27 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use flockd_core::Change;
+use flockd_core::StateMachine;
 
 use crate::error::AofError;
 use crate::fsutil::read_exact_at;
 use crate::record::{
-    FRAME_HEADER_LEN, HEADER, MAGIC, checksum, decode_payload, decode_record, length_is_sane,
-    parse_frame_header, tag_is_known,
+    FRAME_HEADER_LEN, HEADER, MAGIC, Payload, Record, Version, checksum, decode_payload,
+    decode_record, length_is_sane, parse_frame_header, tag_is_known,
 };
 
 /// What [`load`] replayed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplayReport {
-    /// Records applied.
+    /// Valid records read (snapshot items, and entries a snapshot already reflected, included).
     pub records: u64,
     /// Length of the valid part of the file (the whole file after any truncation).
     pub bytes: u64,
     /// Where a damaged tail was cut off (the file's length before was larger).
     pub truncated_at: Option<u64>,
     pub elapsed: Duration,
+    /// The file's format (`None`: no file, or an empty one).
+    pub version: Option<Version>,
 }
 
 /// What [`check`] (or [`fix`], before repairing) found.
@@ -87,6 +89,7 @@ impl Problem {
 }
 
 struct Scan {
+    version: Option<Version>,
     records: u64,
     valid_len: u64,
     file_len: u64,
@@ -107,13 +110,13 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
-fn check_header(file: &File, file_len: u64) -> io::Result<Option<Problem>> {
+fn check_header(file: &File, file_len: u64) -> io::Result<Result<Version, Problem>> {
     let n = file_len.min(HEADER.len() as u64) as usize;
     let mut h = [0u8; 8];
     read_exact_at(file, 0, &mut h[..n])?;
     let h = &h[..n];
     let problem = |reason: String, tail: bool| {
-        Some(Problem {
+        Err(Problem {
             offset: 0,
             reason,
             tail,
@@ -136,23 +139,24 @@ fn check_header(file: &File, file_len: u64) -> io::Result<Option<Problem>> {
             false,
         ));
     }
-    if h[MAGIC.len()] != HEADER[MAGIC.len()] {
-        return Ok(problem(
+    match Version::of_header(h) {
+        Some(version) => Ok(Ok(version)),
+        None => Ok(problem(
             format!(
                 "unsupported AOF format version {:?}",
                 char::from(h[MAGIC.len()])
             ),
             false,
-        ));
+        )),
     }
-    Ok(None)
 }
 
 /// Reads every valid record in order, handing each to `apply`, up to the end or the first
 /// problem, which it classifies (see the module docs).
-fn scan(file: &File, apply: &mut dyn FnMut(Change)) -> io::Result<Scan> {
+fn scan(file: &File, apply: &mut dyn FnMut(Payload<'_>)) -> io::Result<Scan> {
     let file_len = file.metadata()?.len();
     let mut out = Scan {
+        version: None,
         records: 0,
         valid_len: 0,
         file_len,
@@ -161,10 +165,14 @@ fn scan(file: &File, apply: &mut dyn FnMut(Change)) -> io::Result<Scan> {
     if file_len == 0 {
         return Ok(out);
     }
-    if let Some(p) = check_header(file, file_len)? {
-        out.problem = Some(p);
-        return Ok(out);
-    }
+    let version = match check_header(file, file_len)? {
+        Ok(version) => version,
+        Err(p) => {
+            out.problem = Some(p);
+            return Ok(out);
+        }
+    };
+    out.version = Some(version);
     let mut pos = HEADER.len() as u64;
     let mut reader = BufReader::with_capacity(1 << 20, file);
     reader.seek(SeekFrom::Start(pos))?;
@@ -205,8 +213,8 @@ fn scan(file: &File, apply: &mut dyn FnMut(Change)) -> io::Result<Scan> {
         if checksum(len, &payload) != crc {
             break Some("checksum mismatch".to_owned());
         }
-        match decode_payload(&payload) {
-            Ok(change) => apply(change),
+        match decode_payload(version, &payload) {
+            Ok(decoded) => apply(decoded),
             Err(e) => break Some(format!("bad payload: {e}")),
         }
         out.records += 1;
@@ -214,7 +222,7 @@ fn scan(file: &File, apply: &mut dyn FnMut(Change)) -> io::Result<Scan> {
     };
     drop(reader);
     if let Some(reason) = failure {
-        let next_valid = find_valid_record(file, pos + 1, file_len)?;
+        let next_valid = find_valid_record(file, version, pos + 1, file_len)?;
         out.problem = Some(Problem {
             offset: pos,
             reason,
@@ -229,7 +237,12 @@ fn scan(file: &File, apply: &mut dyn FnMut(Change)) -> io::Result<Scan> {
 const WINDOW: usize = 1 << 20;
 
 /// The first offset at or after `from` where a valid record starts, searching every offset.
-fn find_valid_record(file: &File, from: u64, file_len: u64) -> io::Result<Option<u64>> {
+fn find_valid_record(
+    file: &File,
+    version: Version,
+    from: u64,
+    file_len: u64,
+) -> io::Result<Option<u64>> {
     let min_record = FRAME_HEADER_LEN as u64 + 1;
     let mut win: Vec<u8> = Vec::new();
     let mut win_start = from;
@@ -251,16 +264,18 @@ fn find_valid_record(file: &File, from: u64, file_len: u64) -> io::Result<Option
         let (len, crc) = parse_frame_header(h);
         let total = FRAME_HEADER_LEN as u64 + u64::from(len);
         // Cheap filters first: most offsets fail on the length or the tag byte.
-        if length_is_sane(len) && p + total <= file_len && tag_is_known(win[off + FRAME_HEADER_LEN])
+        if length_is_sane(len)
+            && p + total <= file_len
+            && tag_is_known(version, win[off + FRAME_HEADER_LEN])
         {
             let valid = if total <= WINDOW as u64 {
                 if p + total > win_start + win.len() as u64 {
                     refill(&mut win, &mut win_start, p)?;
                 }
                 let off = (p - win_start) as usize;
-                decode_record(&win[off..off + total as usize]).is_ok()
+                decode_record(version, &win[off..off + total as usize]).is_ok()
             } else {
-                large_record_is_valid(file, p, len, crc)?
+                large_record_is_valid(file, version, p, len, crc)?
             };
             if valid {
                 return Ok(Some(p));
@@ -273,7 +288,13 @@ fn find_valid_record(file: &File, from: u64, file_len: u64) -> io::Result<Option
 
 /// Checks a candidate record too large for the window: the checksum is computed in chunks, and
 /// the payload is read whole (to decode it) only once the checksum matched.
-fn large_record_is_valid(file: &File, p: u64, len: u32, crc: u32) -> io::Result<bool> {
+fn large_record_is_valid(
+    file: &File,
+    version: Version,
+    p: u64,
+    len: u32,
+    crc: u32,
+) -> io::Result<bool> {
     let mut h = crc32fast::Hasher::new();
     h.update(&len.to_le_bytes());
     let mut chunk = vec![0u8; WINDOW];
@@ -290,7 +311,7 @@ fn large_record_is_valid(file: &File, p: u64, len: u32, crc: u32) -> io::Result<
     }
     let mut payload = vec![0u8; len as usize];
     read_exact_at(file, start, &mut payload)?;
-    Ok(decode_payload(&payload).is_ok())
+    Ok(decode_payload(version, &payload).is_ok())
 }
 
 /// Cuts the file to `len` bytes and syncs it.
@@ -301,13 +322,16 @@ fn truncate(path: &Path, len: u64) -> Result<(), AofError> {
     f.sync_all().map_err(io)
 }
 
-/// Replays the file at `path`, handing every record to `apply` in file order.
+/// Replays the file at `path` into `machine` (which should be new): a first-format file's
+/// changes are restored; a snapshot is restored, and every log entry after it applied in order,
+/// with its own position and time, exactly as when it was first applied. Ends with
+/// [`StateMachine::restore_end`].
 ///
 /// A missing file is an empty AOF. A damaged tail (see the module docs) is cut off the file,
 /// with a warning naming the file and offset, and reported in `truncated_at`. Damage followed by
 /// valid records is `Err(AofError::Corrupt)` naming the file and offset; records before it have
 /// been applied by then, so the caller should not go on with that state.
-pub fn load(path: &Path, apply: &mut dyn FnMut(Change)) -> Result<ReplayReport, AofError> {
+pub fn load(path: &Path, machine: &mut StateMachine) -> Result<ReplayReport, AofError> {
     let started = Instant::now();
     let file = match File::open(path) {
         Ok(f) => f,
@@ -317,12 +341,18 @@ pub fn load(path: &Path, apply: &mut dyn FnMut(Change)) -> Result<ReplayReport, 
                 bytes: 0,
                 truncated_at: None,
                 elapsed: started.elapsed(),
+                version: None,
             });
         }
         Err(e) => return Err(AofError::io(path, e)),
     };
-    let scan = scan(&file, apply).map_err(|e| AofError::io(path, e))?;
+    let mut events = Vec::new();
+    let scan = scan(&file, &mut |payload| {
+        replay_one(machine, payload, &mut events)
+    })
+    .map_err(|e| AofError::io(path, e))?;
     drop(file);
+    machine.restore_end();
     let truncated_at = match scan.problem {
         None => None,
         Some(p) if p.tail => {
@@ -351,7 +381,32 @@ pub fn load(path: &Path, apply: &mut dyn FnMut(Change)) -> Result<ReplayReport, 
         bytes: scan.valid_len,
         truncated_at,
         elapsed: started.elapsed(),
+        version: scan.version,
     })
+}
+
+/// Replays one record. Entries the machine already reflects (at or below a snapshot's
+/// position) are skipped: a rewrite's tail may repeat a few of them.
+fn replay_one(
+    machine: &mut StateMachine,
+    payload: Payload<'_>,
+    events: &mut Vec<flockd_core::Event>,
+) {
+    match payload {
+        Payload::V1(change) => machine.restore_v1(&change),
+        Payload::V2(Record::SnapshotBegin { position, at }) => machine.restore_begin(position, at),
+        Payload::V2(Record::Item(item)) => machine.restore(&item),
+        Payload::V2(Record::Entry { position, at, ops }) => {
+            if position <= machine.position() {
+                return;
+            }
+            for (index, op) in ops.iter().enumerate() {
+                machine.apply_in_entry(position, index as u32, at, op, events);
+            }
+            // Replay wakes nobody: the events of the past are dropped.
+            events.clear();
+        }
+    }
 }
 
 /// Reads the whole file and reports its first problem, changing nothing.

@@ -1,39 +1,39 @@
-//! The writer: group commit, fsync policies, background rewrite, failure recovery, shutdown.
+//! The writer: the local log behind `propose`. Group commit, fsync policies, apply after
+//! durability, background rewrite, failure recovery, shutdown.
 //!
-//! [`Journal::append`] only takes a mutex and pushes the change with the next sequence number:
-//! it is called while the core holds a lock entry, so it must never wait for a disk. The file's
-//! state sits behind one mutex; whoever holds it takes *everything* queued at once, encodes the
-//! batch into one buffer and writes it with one `write_all`, then publishes the batch's last
-//! sequence number through a `tokio::sync::watch`, which is what [`Aof::wait_durable`] awaits.
+//! [`Aof::propose`] only takes a mutex and queues the ops with the next log position and their
+//! time. The file's state sits behind one mutex; whoever holds it takes *everything* queued at
+//! once, encodes the batch into one buffer and writes it with one `write_all`, syncs if the
+//! policy says so, and only then hands the batch to the [`Applier`] (the state machine), in log
+//! order, and answers each proposer with its results. So memory never runs ahead of the file: a
+//! change whose write failed was never applied, and nobody ever saw it.
 //! Under `appendfsync always` only the writer thread (a plain `std::thread`, so no fsync ever
-//! runs on a tokio worker) does this, woken by each append, and it syncs once per batch before
-//! publishing (group commit: concurrent clients share an fsync, like raft-log's flush worker).
-//! Under `everysec` and `no` the waiter writes the queue itself ([`Aof::write_now`]: a write to
-//! the page cache, no thread hand-off); the writer thread syncs at most once a second
-//! (`everysec`; never under `no`, but at rewrite and shutdown) and polls for records nobody
-//! waits for.
+//! runs on a tokio worker) does this, woken by each proposal (group commit: concurrent clients
+//! share an fsync, like raft-log's flush worker). Under `everysec` and `no` the proposer writes
+//! the queue itself ([`Aof::write_now`]: a write to the page cache, no thread hand-off); the
+//! writer thread syncs at most once a second (`everysec`; never under `no`, but at rewrite and
+//! shutdown) and polls for proposals nobody pushed.
 //!
-//! **Rewrite.** The writer notes the last sequence number S it has taken; a rewrite thread asks
-//! the [`SnapshotSource`] for the whole state and writes it to `<path>.rewrite.tmp`, synced. Every
-//! record with a sequence number above S meanwhile goes to the old file as usual *and* is copied
+//! **Rewrite.** Between two batches (everything taken is applied) the writer notes the last
+//! position S; a rewrite thread takes a [`Snapshot`] from the applier (at some position P >= S:
+//! a copy of shard pointers, so apply goes on) and writes it to `<path>.rewrite.tmp`, synced.
+//! Every entry above S meanwhile goes to the old file as usual *and*, once written, is copied
 //! (already encoded) into a tail buffer. When the snapshot is done the writer, between two
 //! batches, appends the tail to the temporary file, syncs it, renames it over the AOF, syncs the
-//! directory and carries on with the new file. The snapshot sees every change up to S (those were
-//! queued, under the core's entry locks, before it started) and maybe some later ones; records
-//! are absolute, so replaying the whole tail on top converges. If anything fails, the temporary
-//! file is deleted and the old file kept.
+//! directory and carries on with the new file. Replay skips tail entries at or below P, which the
+//! snapshot reflects. If anything fails, the temporary file is deleted and the old file kept.
 //!
 //! **Failure.** If a write or fsync fails, the writer cuts the file back to its last good length,
 //! enters the failed state ([`Aof::check_writable`] errs, so the server answers state changes with
-//! `-MISCONF` and keeps serving reads), and fails the waiters of the batch. While failed it
-//! writes nothing to the old file (records are only copied to a running rewrite's tail) and, once
-//! a second, tries a rewrite: the in-memory state is the truth and contains every change,
-//! including those of the failed batches, so a successful rewrite is a complete recovery; it
-//! clears the failed state and makes every record up to its end durable.
+//! `-MISCONF` and keeps serving reads) and answers the batch's proposers with
+//! [`CommitError::WriteFailed`]: nothing of the batch is applied. While failed it refuses every
+//! proposal and, once a second, tries a rewrite from the state machine (which holds exactly what
+//! was acknowledged) into a new file: the old file is never trusted again, not even by a later
+//! fsync, since the kernel may have dropped the pages of the failed write.
 //!
 //! **Shutdown** writes and syncs what is queued (whatever the policy), abandons a running
-//! rewrite, tries a last rewrite if the writer is failed, and stops the thread. Later appends
-//! are dropped; waiters for records that were never written get [`AofError::ShuttingDown`].
+//! rewrite, tries a last rewrite if the writer is failed, and stops the thread. Later proposals
+//! get [`CommitError::ShuttingDown`].
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
@@ -44,21 +44,49 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use flockd_core::{Change, Journal};
+use flockd_core::{Millis, Op, OpResult, Snapshot};
 use parking_lot::{Condvar, Mutex};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
-use crate::error::AofError;
+use crate::error::{AofError, CommitError};
 use crate::fsutil::{read_exact_at, rewrite_tmp_path, sync_parent_dir};
-use crate::record::{HEADER, encode_record};
-use crate::{AofOptions, FsyncPolicy, SnapshotSource};
+use crate::record::{HEADER, encode_entry, encode_item, encode_snapshot_begin};
+use crate::{AofOptions, FsyncPolicy};
+
+/// What a proposer receives: the results of its ops, in order, once they are durable and
+/// applied.
+pub type Committed = Result<Vec<OpResult>, CommitError>;
+
+/// One log entry as the applier sees it.
+pub struct Entry {
+    pub position: u64,
+    pub at: Millis,
+    pub ops: Vec<Op>,
+}
+
+/// The state machine the log drives: the server's, or a test's.
+pub trait Applier: Send + Sync + 'static {
+    /// Applies durable entries, in log order, and pushes each entry's results onto `results`
+    /// (one `Vec` per entry, one result per op). Called by whoever wrote the batch, while it
+    /// holds the file, so batches are applied in the order they were written. Must not block.
+    fn apply(&self, entries: &[Entry], results: &mut Vec<Vec<OpResult>>);
+    /// The whole state now, for a rewrite: must be cheap (it is taken on the rewrite thread while
+    /// the writer goes on, and must reflect at least every entry already applied).
+    fn snapshot(&self) -> Snapshot;
+}
+
+/// A queued proposal.
+struct QueuedProposal {
+    entry: Entry,
+    reply: oneshot::Sender<Committed>,
+}
 
 /// How long the failed writer waits between recovery attempts, and the `everysec` interval.
 const SECOND: Duration = Duration::from_secs(1);
 
 /// The append-only file. Share it as `Arc<Aof>`; dropping the last reference shuts it down.
 pub struct Aof {
-    sh: Arc<Shared>,
+    sh: Arc<WriterShared>,
     /// The file's state. The writer thread takes it for each round; under `everysec` and `no`
     /// a waiter for durability takes it too and writes the queue itself (see [`Aof::write_now`]).
     core: Arc<Mutex<Writer>>,
@@ -99,13 +127,13 @@ pub struct AofStats {
     pub last_error: Option<String>,
 }
 
-struct Shared {
+struct WriterShared {
     path: PathBuf,
     tmp_path: PathBuf,
     policy: FsyncPolicy,
     rewrite_min_size: u64,
     rewrite_percentage: u64,
-    source: Arc<dyn SnapshotSource>,
+    applier: Arc<dyn Applier>,
     queue: Mutex<Queue>,
     /// Wakes the writer: a change was queued, a rewrite requested or finished, or stop.
     wake: Condvar,
@@ -115,7 +143,7 @@ struct Shared {
     /// The failed state's message, for `check_writable`.
     failed: Mutex<Option<String>>,
     stopped: AtomicBool,
-    counters: Mutex<Counters>,
+    counters: Mutex<WriterCounters>,
     /// Test hook: the next this-many batch writes fail as if the disk had.
     #[cfg(test)]
     inject_write_failures: std::sync::atomic::AtomicU32,
@@ -123,38 +151,47 @@ struct Shared {
 
 #[derive(Default)]
 struct Queue {
-    changes: Vec<Change>,
-    /// Sequence number of the last change queued (the first is 1).
+    proposals: Vec<QueuedProposal>,
+    /// Log position of the last proposal queued (positions continue the loaded file's).
     last_seq: u64,
+    /// Time of the last proposal queued: log time never goes back.
+    last_at: Millis,
     stop: bool,
     rewrite_requested: bool,
-    rewrite_done: Option<Result<Snapshot, String>>,
+    rewrite_done: Option<Result<SnapshotFile, String>>,
 }
 
 /// What waiters watch.
 #[derive(Clone, Debug, Default)]
 struct Progress {
-    /// Every record up to here is durable.
+    /// Every entry up to here is decided, and durable unless it is in `failed`.
     durable: u64,
-    /// Records above `durable` and up to here were in batches that failed.
-    failed_upto: u64,
+    /// Ranges (first, last) of positions whose batches failed or were refused: never applied,
+    /// never durable. Contiguous ranges are merged, so this stays about one range per failure.
+    failed: Vec<(u64, u64)>,
     error: Option<Arc<str>>,
     /// The writer has stopped: nothing above `durable` will become durable.
     closed: bool,
 }
 
 impl Progress {
+    fn failed(&self, seq: u64) -> bool {
+        self.failed
+            .iter()
+            .any(|&(first, last)| first <= seq && seq <= last)
+    }
+
     fn decided(&self, seq: u64) -> bool {
-        seq <= self.durable || seq <= self.failed_upto || self.closed
+        seq <= self.durable || self.failed(seq) || self.closed
     }
 
     fn outcome(&self, seq: u64) -> Result<(), AofError> {
-        if seq <= self.durable {
-            Ok(())
-        } else if seq <= self.failed_upto {
+        if self.failed(seq) {
             Err(AofError::WriteFailed(
                 self.error.as_deref().unwrap_or("write failed").to_owned(),
             ))
+        } else if seq <= self.durable {
+            Ok(())
         } else {
             Err(AofError::ShuttingDown)
         }
@@ -162,7 +199,7 @@ impl Progress {
 }
 
 #[derive(Default)]
-struct Counters {
+struct WriterCounters {
     file_size: u64,
     size_at_last_rewrite: u64,
     rewrites: u64,
@@ -178,7 +215,7 @@ struct Counters {
 }
 
 /// A rewrite's temporary file, complete with the snapshot and synced.
-struct Snapshot {
+struct SnapshotFile {
     file: File,
     len: u64,
 }
@@ -206,8 +243,15 @@ impl Aof {
     ///
     /// Call [`crate::load`] first: it replays the file and cuts a damaged tail, which `open`
     /// does not look for (it only checks the header), and appending after a damaged tail would
-    /// turn it into a damaged middle. A stale `<path>.rewrite.tmp` is deleted.
-    pub fn open(opts: AofOptions, source: Arc<dyn SnapshotSource>) -> Result<Arc<Aof>, AofError> {
+    /// turn it into a damaged middle. A file in an older format is rewritten in the current one
+    /// before anything is appended. Positions continue after `start_position`, times after
+    /// `start_at` (the loaded state's). A stale `<path>.rewrite.tmp` is deleted.
+    pub fn open(
+        opts: AofOptions,
+        applier: Arc<dyn Applier>,
+        start_position: u64,
+        start_at: Millis,
+    ) -> Result<Arc<Aof>, AofError> {
         let path = opts.path;
         let io = |e| AofError::io(&path, e);
         let existed = match fs::symlink_metadata(&path) {
@@ -229,9 +273,17 @@ impl Aof {
             len = HEADER.len() as u64;
         } else {
             let mut h = [0u8; HEADER.len()];
-            let ok =
-                len >= h.len() as u64 && read_exact_at(&file, 0, &mut h).is_ok() && h == HEADER;
-            if !ok {
+            let read = len >= h.len() as u64 && read_exact_at(&file, 0, &mut h).is_ok();
+            if read && h == crate::record::HEADER_V1 {
+                drop(file);
+                upgrade(&path, &*applier)?;
+                file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .map_err(io)?;
+                len = file.metadata().map_err(io)?.len();
+            } else if !(read && h == HEADER) {
                 return Err(AofError::Corrupt {
                     path,
                     offset: 0,
@@ -256,25 +308,32 @@ impl Aof {
             }
         }
 
-        let (progress, _) = watch::channel(Progress::default());
-        let sh = Arc::new(Shared {
+        let (progress, _) = watch::channel(Progress {
+            durable: start_position,
+            ..Progress::default()
+        });
+        let sh = Arc::new(WriterShared {
             path: path.clone(),
             tmp_path,
             policy: opts.fsync,
             rewrite_min_size: opts.rewrite_min_size,
             rewrite_percentage: opts.rewrite_percentage,
-            source,
-            queue: Mutex::new(Queue::default()),
+            applier,
+            queue: Mutex::new(Queue {
+                last_seq: start_position,
+                last_at: start_at,
+                ..Queue::default()
+            }),
             wake: Condvar::new(),
-            appended: AtomicU64::new(0),
+            appended: AtomicU64::new(start_position),
             progress,
             rewrite_in_progress: AtomicBool::new(false),
             failed: Mutex::new(None),
             stopped: AtomicBool::new(false),
-            counters: Mutex::new(Counters {
+            counters: Mutex::new(WriterCounters {
                 file_size: len,
                 size_at_last_rewrite: len,
-                ..Counters::default()
+                ..WriterCounters::default()
             }),
             #[cfg(test)]
             inject_write_failures: std::sync::atomic::AtomicU32::new(0),
@@ -284,7 +343,7 @@ impl Aof {
             file,
             file_len: len,
             size_at_last_rewrite: len,
-            last_taken: 0,
+            last_taken: start_position,
             unsynced: false,
             unsynced_records: 0,
             last_fsync: Instant::now(),
@@ -293,6 +352,9 @@ impl Aof {
             rewrite: None,
             buf: Vec::new(),
             spare: Vec::new(),
+            unlogged: Vec::new(),
+            entries: Vec::new(),
+            results: Vec::new(),
         };
         let core = Arc::new(Mutex::new(writer));
         let (sh2, core2) = (sh.clone(), core.clone());
@@ -317,14 +379,73 @@ impl Aof {
         }))
     }
 
-    /// Sequence number of the last record queued so far (0: none). After a command, waiting
-    /// for this number covers the command's records (and maybe a few of other clients').
+    /// Queues `ops` as one log entry taking effect at `at` (or at the previous entry's time, if
+    /// that is later: log time never goes back). The receiver gets the ops' results once the
+    /// entry is durable and applied, or why it never will be. Never blocks on I/O; under
+    /// `everysec` and `no` call [`Aof::write_now`] (or wait for the writer's poll).
+    pub fn propose(&self, at: Millis, ops: Vec<Op>) -> oneshot::Receiver<Committed> {
+        let (reply, receiver) = oneshot::channel();
+        {
+            let mut q = self.sh.queue.lock();
+            if q.stop {
+                let _ = reply.send(Err(CommitError::ShuttingDown));
+                return receiver;
+            }
+            q.last_seq += 1;
+            q.last_at = q.last_at.max(at);
+            let entry = Entry {
+                position: q.last_seq,
+                at: q.last_at,
+                ops,
+            };
+            q.proposals.push(QueuedProposal { entry, reply });
+            self.sh.appended.store(q.last_seq, Ordering::Release);
+        }
+        // Under `everysec` and `no` the proposer writes the queue itself (`write_now`), and the
+        // writer thread polls for what nobody pushed: no wake-up per proposal.
+        if self.sh.policy == FsyncPolicy::Always {
+            self.sh.wake.notify_one();
+        }
+        receiver
+    }
+
+    /// Logs `entry`, which the caller has already applied to the state machine, in front of the
+    /// next batch that is written (not on its own). For the re-arm of leases at start: the file
+    /// right after a start is exactly the file before it, and if nothing else is ever written
+    /// the next start re-arms again, which is all the entry would have done. Call it right after
+    /// [`Aof::open`], before any proposal; `entry.position` must be the next position.
+    pub fn prepend_applied(&self, entry: Entry) {
+        // The writer's order: the file, then the queue.
+        let mut core = self.core.lock();
+        let mut q = self.sh.queue.lock();
+        if entry.position != q.last_seq + 1 {
+            tracing::error!(
+                position = entry.position,
+                expected = q.last_seq + 1,
+                "AOF: an applied entry out of order was not logged"
+            );
+            return;
+        }
+        if let Err(e) = encode_entry(entry.position, entry.at, &entry.ops, &mut core.unlogged) {
+            tracing::error!("AOF: cannot log the entry applied at start: {e}");
+            return;
+        }
+        q.last_seq = entry.position;
+        q.last_at = q.last_at.max(entry.at);
+        core.last_taken = entry.position;
+        self.sh.appended.store(q.last_seq, Ordering::Release);
+        self.sh
+            .progress
+            .send_modify(|p| p.durable = p.durable.max(entry.position));
+    }
+
+    /// Position of the last entry queued so far (0: none).
     pub fn appended_seq(&self) -> u64 {
         self.sh.appended.load(Ordering::Acquire)
     }
 
-    /// Resolves when every record up to `seq` is durable: written (`no`, `everysec`) or written
-    /// and synced (`always`). `Err(WriteFailed)` if the batch holding it failed (and no rewrite
+    /// Resolves when every entry up to position `seq` is durable: written (`no`, `everysec`) or
+    /// written and synced (`always`), and applied. `Err(WriteFailed)` if the batch holding it failed (and no rewrite
     /// has recovered it since), `Err(ShuttingDown)` if the writer stopped before writing it.
     pub async fn wait_durable(&self, seq: u64) -> Result<(), AofError> {
         if seq == 0 {
@@ -444,35 +565,14 @@ impl Drop for Aof {
     }
 }
 
-impl Journal for Aof {
-    /// Queues the change with the next sequence number; never blocks on I/O. Dropped after
-    /// shutdown.
-    fn append(&self, change: Change) {
-        {
-            let mut q = self.sh.queue.lock();
-            if q.stop {
-                return;
-            }
-            q.last_seq += 1;
-            q.changes.push(change);
-            self.sh.appended.store(q.last_seq, Ordering::Release);
-        }
-        // Under `everysec` and `no` whoever waits for the record writes it (`write_now`), and
-        // the writer thread polls for records nobody waits for: no wake-up per append.
-        if self.sh.policy == FsyncPolicy::Always {
-            self.sh.wake.notify_one();
-        }
-    }
-}
-
 /// The writer thread's state: it alone touches the file.
 struct Writer {
-    sh: Arc<Shared>,
+    sh: Arc<WriterShared>,
     file: File,
     /// Bytes of the file known to be good (written completely).
     file_len: u64,
     size_at_last_rewrite: u64,
-    /// Sequence number of the last change taken from the queue.
+    /// Position of the last entry taken from the queue.
     last_taken: u64,
     /// Written since the last sync.
     unsynced: bool,
@@ -484,7 +584,13 @@ struct Writer {
     /// Encoding buffer, reused.
     buf: Vec<u8>,
     /// Swapped with the queue's vector so neither reallocates per batch.
-    spare: Vec<Change>,
+    spare: Vec<QueuedProposal>,
+    /// An entry applied without being logged yet (see [`Aof::prepend_applied`]), encoded: it
+    /// goes out in front of the next batch.
+    unlogged: Vec<u8>,
+    /// The entries of a batch being applied, and their results (reused).
+    entries: Vec<Entry>,
+    results: Vec<Vec<OpResult>>,
 }
 
 /// How often the writer thread looks for queued records under `everysec` and `no`, where
@@ -494,13 +600,13 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// The writer thread: sleeps until there is work (or a timer is due), then runs one round with
 /// the file's state.
-fn run_writer(core: &Mutex<Writer>, sh: &Shared) {
+fn run_writer(core: &Mutex<Writer>, sh: &WriterShared) {
     loop {
         let deadline = core.lock().next_deadline();
         {
             let mut q = sh.queue.lock();
             loop {
-                if !q.changes.is_empty()
+                if !q.proposals.is_empty()
                     || q.stop
                     || q.rewrite_requested
                     || q.rewrite_done.is_some()
@@ -535,7 +641,7 @@ impl Writer {
         let (last_seq, stop, requested, done) = {
             let mut q = self.sh.queue.lock();
             self.spare.clear();
-            std::mem::swap(&mut q.changes, &mut self.spare);
+            std::mem::swap(&mut q.proposals, &mut self.spare);
             (
                 q.last_seq,
                 q.stop,
@@ -548,8 +654,8 @@ impl Writer {
         {
             self.complete_rewrite(done, run);
         }
-        let batch = std::mem::take(&mut self.spare);
-        self.write_batch(&batch, last_seq);
+        let mut batch = std::mem::take(&mut self.spare);
+        self.write_batch(&mut batch, last_seq);
         self.spare = batch;
         if requested {
             self.start_rewrite();
@@ -567,15 +673,15 @@ impl Writer {
     fn write_queued(&mut self) -> bool {
         let last_seq = {
             let mut q = self.sh.queue.lock();
-            if q.stop || q.changes.is_empty() {
+            if q.stop || q.proposals.is_empty() {
                 return false;
             }
             self.spare.clear();
-            std::mem::swap(&mut q.changes, &mut self.spare);
+            std::mem::swap(&mut q.proposals, &mut self.spare);
             q.last_seq
         };
-        let batch = std::mem::take(&mut self.spare);
-        self.write_batch(&batch, last_seq);
+        let mut batch = std::mem::take(&mut self.spare);
+        self.write_batch(&mut batch, last_seq);
         self.spare = batch;
         true
     }
@@ -590,37 +696,39 @@ impl Writer {
         }
     }
 
-    fn write_batch(&mut self, batch: &[Change], last_seq: u64) {
+    /// Writes the batch, syncs it under `always`, applies it and answers its proposers; or,
+    /// failing that, answers them with the error and applies nothing. Empties `batch`.
+    fn write_batch(&mut self, batch: &mut Vec<QueuedProposal>, last_seq: u64) {
+        let first = self.last_taken + 1;
         self.last_taken = last_seq;
         if batch.is_empty() {
             return;
         }
-        self.buf.clear();
-        let mut too_large = None;
-        for change in batch {
-            if let Err(e) = encode_record(change, &mut self.buf) {
-                too_large = Some(e);
-            }
-        }
-        if let Some(run) = &mut self.rewrite {
-            // Everything taken since the rewrite started is above its start.
-            run.tail.extend_from_slice(&self.buf);
-            run.tail_last = last_seq;
-        }
         if self.failed {
-            // The recovery rewrite's snapshot (or the tail above) covers these records.
-            self.publish_failed(last_seq, None);
+            let error = self.sh.failed.lock().clone().unwrap_or_default();
+            refuse(batch, &CommitError::WriteFailed(error.into()));
+            self.publish_failed(first, last_seq);
             return;
         }
-        if let Some(e) = too_large {
-            self.fail(format!("cannot store a record: {e}"), last_seq);
-            return;
+        let good_len = self.file_len;
+        self.buf.clear();
+        self.buf.extend_from_slice(&self.unlogged);
+        let mut replies = Vec::with_capacity(batch.len());
+        for QueuedProposal { entry, reply } in batch.drain(..) {
+            if let Err(e) = encode_entry(entry.position, entry.at, &entry.ops, &mut self.buf) {
+                // Only this proposal is refused (the server's limits keep records far smaller).
+                let _ = reply.send(Err(CommitError::WriteFailed(e.to_string().into())));
+                continue;
+            }
+            self.entries.push(entry);
+            replies.push(reply);
         }
         if let Err(e) = self.write_buf() {
-            self.fail(format!("write error: {e}"), last_seq);
+            self.fail_batch(format!("write error: {e}"), (first, last_seq), replies);
             return;
         }
-        let n = batch.len() as u64;
+        let n = self.entries.len() as u64 + u64::from(!self.unlogged.is_empty());
+        self.unlogged.clear();
         self.unsynced = true;
         self.unsynced_records += n;
         {
@@ -632,11 +740,40 @@ impl Writer {
         if self.sh.policy == FsyncPolicy::Always
             && let Err(e) = self.sync()
         {
-            self.fail(format!("fsync error: {e}"), last_seq);
+            // The batch was written but not synced: it goes, cut off with the failure.
+            self.file_len = good_len;
+            self.fail_batch(format!("fsync error: {e}"), (first, last_seq), replies);
             return;
+        }
+        if let Some(run) = &mut self.rewrite {
+            // Everything taken since the rewrite started is above its start.
+            run.tail.extend_from_slice(&self.buf);
+            run.tail_last = last_seq;
+        }
+        self.results.clear();
+        self.sh.applier.apply(&self.entries, &mut self.results);
+        self.entries.clear();
+        for (reply, results) in replies.into_iter().zip(self.results.drain(..)) {
+            let _ = reply.send(Ok(results));
         }
         self.publish_durable(last_seq);
         self.maybe_auto_rewrite();
+    }
+
+    /// A batch's write or sync failed: nothing of it is applied.
+    fn fail_batch(
+        &mut self,
+        msg: String,
+        (first, last): (u64, u64),
+        replies: Vec<oneshot::Sender<Committed>>,
+    ) {
+        self.entries.clear();
+        self.fail(msg.clone());
+        self.publish_failed(first, last);
+        let error = CommitError::WriteFailed(msg.into());
+        for reply in replies {
+            let _ = reply.send(Err(error.clone()));
+        }
     }
 
     /// Writes the encoded batch; on success the good length grows.
@@ -670,7 +807,7 @@ impl Writer {
     }
 
     /// Enters the failed state after a write or sync error.
-    fn fail(&mut self, msg: String, last_seq: u64) {
+    fn fail(&mut self, msg: String) {
         tracing::error!(
             file = %self.sh.path.display(),
             "AOF: {msg}; state changes are refused (MISCONF) until a rewrite of the file succeeds (retried every second)"
@@ -688,7 +825,7 @@ impl Writer {
         self.last_retry = Instant::now();
         *self.sh.failed.lock() = Some(msg.clone());
         self.sh.counters.lock().last_error = Some(msg.clone());
-        self.publish_failed(last_seq, Some(msg));
+        self.sh.progress.send_modify(|p| p.error = Some(msg.into()));
     }
 
     fn publish_durable(&self, seq: u64) {
@@ -697,12 +834,14 @@ impl Writer {
             .send_modify(|p| p.durable = p.durable.max(seq));
     }
 
-    fn publish_failed(&self, seq: u64, msg: Option<String>) {
-        self.sh.progress.send_modify(|p| {
-            p.failed_upto = p.failed_upto.max(seq);
-            if let Some(m) = msg {
-                p.error = Some(m.into());
-            }
+    /// Positions `first..=last` will never be durable (their batch failed or was refused).
+    fn publish_failed(&self, first: u64, last: u64) {
+        if first > last {
+            return;
+        }
+        self.sh.progress.send_modify(|p| match p.failed.last_mut() {
+            Some(range) if range.1 + 1 >= first => range.1 = range.1.max(last),
+            _ => p.failed.push((first, last)),
         });
     }
 
@@ -715,7 +854,7 @@ impl Writer {
             && now >= self.last_fsync + SECOND
             && let Err(e) = self.sync()
         {
-            self.fail(format!("fsync error: {e}"), self.last_taken);
+            self.fail(format!("fsync error: {e}"));
         }
         if self.failed && self.rewrite.is_none() && now >= self.last_retry + SECOND {
             self.last_retry = now;
@@ -767,7 +906,7 @@ impl Writer {
             .name("flockd-aof-rewrite".to_owned())
             .spawn(move || {
                 let result = catch_unwind(AssertUnwindSafe(|| {
-                    write_snapshot(&*sh.source, &sh.tmp_path, &cancel2)
+                    write_snapshot(&*sh.applier, &sh.tmp_path, &cancel2)
                 }))
                 .unwrap_or_else(|_| Err("the snapshot source panicked".to_owned()));
                 sh.queue.lock().rewrite_done = Some(result);
@@ -791,7 +930,7 @@ impl Writer {
     }
 
     /// Finishes a rewrite whose snapshot thread reported `result`.
-    fn complete_rewrite(&mut self, result: Result<Snapshot, String>, mut run: RewriteRun) {
+    fn complete_rewrite(&mut self, result: Result<SnapshotFile, String>, mut run: RewriteRun) {
         if let Some(h) = run.handle.take() {
             let _ = h.join();
         }
@@ -829,8 +968,8 @@ impl Writer {
     }
 
     /// Appends the tail to the snapshot, renames it over the AOF and switches to it.
-    fn install(&mut self, snap: Snapshot, run: &RewriteRun) -> Result<(), String> {
-        let Snapshot { mut file, len } = snap;
+    fn install(&mut self, snap: SnapshotFile, run: &RewriteRun) -> Result<(), String> {
+        let SnapshotFile { mut file, len } = snap;
         let tmp = &self.sh.tmp_path;
         file.write_all(&run.tail)
             .map_err(|e| format!("writing {}: {e}", tmp.display()))?;
@@ -843,7 +982,9 @@ impl Writer {
                 self.sh.path.display()
             )
         })?;
-        // From here the path names the new file: switch to it whatever happens next.
+        // From here the path names the new file: switch to it whatever happens next. Its
+        // snapshot reflects any entry applied but not logged yet.
+        self.unlogged.clear();
         self.file = file;
         self.file_len = len + run.tail.len() as u64;
         self.size_at_last_rewrite = self.file_len;
@@ -858,7 +999,7 @@ impl Writer {
         if let Err(e) = sync_parent_dir(&self.sh.path) {
             // The rename may not survive a power loss: stay (or become) failed and retry.
             let msg = format!("syncing the directory after the rewrite's rename: {e}");
-            self.fail(msg.clone(), self.last_taken);
+            self.fail(msg.clone());
             return Err(msg);
         }
         if self.failed {
@@ -896,7 +1037,7 @@ impl Writer {
                 handle: None,
             };
             let result = catch_unwind(AssertUnwindSafe(|| {
-                write_snapshot(&*self.sh.source, &self.sh.tmp_path, &run.cancel)
+                write_snapshot(&*self.sh.applier, &self.sh.tmp_path, &run.cancel)
             }))
             .unwrap_or_else(|_| Err("the snapshot source panicked".to_owned()));
             self.complete_rewrite(result, run);
@@ -910,12 +1051,21 @@ impl Writer {
     }
 }
 
-/// Writes the snapshot to `tmp` (header and records), synced. Runs on the rewrite thread.
+/// Answers every proposal of `batch` with `error`.
+fn refuse(batch: &mut Vec<QueuedProposal>, error: &CommitError) {
+    for QueuedProposal { reply, .. } in batch.drain(..) {
+        let _ = reply.send(Err(error.clone()));
+    }
+}
+
+/// Writes a snapshot of the applier's state to `tmp` (header, snapshot records), synced. Runs
+/// on the rewrite thread (and at start, to upgrade a file of an older format).
 fn write_snapshot(
-    source: &dyn SnapshotSource,
+    applier: &dyn Applier,
     tmp: &Path,
     cancel: &AtomicBool,
-) -> Result<Snapshot, String> {
+) -> Result<SnapshotFile, String> {
+    let snapshot = applier.snapshot();
     let file = OpenOptions::new()
         .write(true)
         .create(true)
@@ -924,22 +1074,24 @@ fn write_snapshot(
         .map_err(|e| format!("creating {}: {e}", tmp.display()))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
     let werr = |e: io::Error| format!("writing {}: {e}", tmp.display());
-    w.write_all(&HEADER).map_err(werr)?;
-    let mut len = HEADER.len() as u64;
+    let mut enc = Vec::with_capacity(64 * 1024);
+    enc.extend_from_slice(&HEADER);
+    encode_snapshot_begin(snapshot.position(), snapshot.at(), &mut enc);
+    let mut len = 0u64;
     let mut err: Option<String> = None;
-    let mut enc = Vec::new();
-    source.snapshot(&mut |change| {
-        // The source cannot be stopped midway: after an error, skip the rest cheaply.
+    snapshot.emit(&mut |item| {
+        // The snapshot cannot be stopped midway: after an error, skip the rest cheaply.
         if err.is_some() || cancel.load(Ordering::Relaxed) {
             return;
         }
-        enc.clear();
-        if let Err(e) = encode_record(&change, &mut enc) {
+        if let Err(e) = encode_item(&item, &mut enc) {
             err = Some(format!("cannot store a record: {e}"));
-        } else if let Err(e) = w.write_all(&enc) {
-            err = Some(werr(e));
-        } else {
+        } else if enc.len() >= 60 * 1024 {
+            if let Err(e) = w.write_all(&enc) {
+                err = Some(werr(e));
+            }
             len += enc.len() as u64;
+            enc.clear();
         }
     });
     if cancel.load(Ordering::Relaxed) {
@@ -948,25 +1100,85 @@ fn write_snapshot(
     if let Some(e) = err {
         return Err(e);
     }
+    w.write_all(&enc).map_err(werr)?;
+    len += enc.len() as u64;
     let file = w.into_inner().map_err(|e| werr(e.into_error()))?;
     file.sync_all()
         .map_err(|e| format!("syncing {}: {e}", tmp.display()))?;
-    Ok(Snapshot { file, len })
+    Ok(SnapshotFile { file, len })
+}
+
+/// Rewrites a file of an older format in the current one, from the state loaded from it:
+/// snapshot to the temporary file, synced, renamed over it, directory synced.
+fn upgrade(path: &Path, applier: &dyn Applier) -> Result<(), AofError> {
+    let tmp = rewrite_tmp_path(path);
+    let started = Instant::now();
+    let snap = write_snapshot(applier, &tmp, &AtomicBool::new(false)).map_err(|reason| {
+        let _ = fs::remove_file(&tmp);
+        AofError::Upgrade {
+            path: path.to_owned(),
+            reason,
+        }
+    })?;
+    drop(snap);
+    fs::rename(&tmp, path).map_err(|e| AofError::io(path, e))?;
+    sync_parent_dir(path).map_err(|e| AofError::io(path, e))?;
+    tracing::warn!(
+        file = %path.display(),
+        took_ms = started.elapsed().as_millis() as u64,
+        "AOF: upgraded a first-format file to format 2 by a rewrite (older flockd releases cannot read it now)"
+    );
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    //! Write failures, through the test hook only unit tests reach: a failed write answers its
+    //! batch with `WriteFailed` and applies nothing (on the writer thread and on a proposer's
+    //! thread), proposals made while failed are refused, and a rewrite from the applier's state
+    //! recovers (the failed proposals are not in the new file); a failure during a running
+    //! rewrite is recovered by it; failed at shutdown writes the state; the futures are Send.
+
     use super::*;
     use crate::load;
+    use crate::record::{Payload, Record, Version, decode_record};
+    use bytes::Bytes;
+    use flockd_core::StateMachine;
 
-    /// A snapshot source holding a list of changes, as a fake state.
-    struct ListSource(parking_lot::Mutex<Vec<Change>>);
+    /// The state machine as the log's applier.
+    struct Host {
+        machine: Mutex<StateMachine>,
+        /// Sleep before taking a snapshot, to keep a rewrite running for a while.
+        snapshot_delay: Duration,
+    }
 
-    impl SnapshotSource for ListSource {
-        fn snapshot(&self, emit: &mut dyn FnMut(Change)) {
-            for c in self.0.lock().iter() {
-                emit(c.clone());
+    impl Host {
+        fn new(snapshot_delay: Duration) -> Arc<Host> {
+            Arc::new(Host {
+                machine: Mutex::new(StateMachine::new()),
+                snapshot_delay,
+            })
+        }
+    }
+
+    impl Applier for Host {
+        fn apply(&self, entries: &[Entry], results: &mut Vec<Vec<OpResult>>) {
+            let mut m = self.machine.lock();
+            let mut events = Vec::new();
+            for e in entries {
+                let r = e
+                    .ops
+                    .iter()
+                    .enumerate()
+                    .map(|(i, op)| m.apply_in_entry(e.position, i as u32, e.at, op, &mut events))
+                    .collect();
+                results.push(r);
             }
+        }
+
+        fn snapshot(&self) -> Snapshot {
+            thread::sleep(self.snapshot_delay);
+            self.machine.lock().snapshot()
         }
     }
 
@@ -977,10 +1189,6 @@ mod tests {
         d
     }
 
-    fn floor(t: u64) -> Change {
-        Change::Floor { token: t }
-    }
-
     fn rt() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -988,27 +1196,102 @@ mod tests {
             .expect("runtime")
     }
 
+    fn fence(key: &str, token: u64) -> Op {
+        Op::FenceSet {
+            key: Bytes::copy_from_slice(key.as_bytes()),
+            token,
+            value: Bytes::from(format!("value-{token}")),
+        }
+    }
+
+    fn open(path: &Path, fsync: FsyncPolicy, host: &Arc<Host>) -> Arc<Aof> {
+        let opts = AofOptions {
+            fsync,
+            ..AofOptions::new(path)
+        };
+        let (position, at) = {
+            let m = host.machine.lock();
+            (m.position(), m.time())
+        };
+        Aof::open(opts, host.clone(), position, at).expect("open")
+    }
+
+    /// Proposes `ops` and waits for the answer (pushing the write under `everysec`/`no`).
+    fn commit(rt: &tokio::runtime::Runtime, aof: &Aof, at: u64, ops: Vec<Op>) -> Committed {
+        let rx = aof.propose(Millis(at), ops);
+        aof.write_now();
+        rt.block_on(rx).expect("answered")
+    }
+
+    fn loaded(path: &Path) -> StateMachine {
+        let mut m = StateMachine::new();
+        load(path, &mut m).expect("load");
+        m
+    }
+
+    /// The file's records: `Some(position)` for a snapshot start, entry positions as `Ok`.
+    fn layout(path: &Path) -> (Option<u64>, Vec<u64>) {
+        let bytes = fs::read(path).expect("read");
+        assert_eq!(bytes[..8], HEADER);
+        let (mut snapshot, mut entries) = (None, Vec::new());
+        let mut rest = &bytes[8..];
+        while !rest.is_empty() {
+            let (p, n) = decode_record(Version::V2, rest).expect("valid record");
+            match p {
+                Payload::V2(Record::SnapshotBegin { position, .. }) => snapshot = Some(position),
+                Payload::V2(Record::Entry { position, .. }) => entries.push(position),
+                _ => {}
+            }
+            rest = &rest[n..];
+        }
+        (snapshot, entries)
+    }
+
+    fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn assert_write_failed(r: &Committed) {
+        match r {
+            Err(CommitError::WriteFailed(m)) => assert!(m.contains("No space left"), "{m}"),
+            other => panic!("expected WriteFailed, got {other:?}"),
+        }
+    }
+
     #[test]
-    fn a_failed_write_refuses_then_recovers_by_rewrite() {
+    fn a_failed_write_refuses_applies_nothing_and_recovers_by_rewrite() {
         let dir = temp_dir("fail");
         let path = dir.join("a.aof");
-        let source = Arc::new(ListSource(parking_lot::Mutex::new(Vec::new())));
-        let aof = Aof::open(AofOptions::new(&path), source.clone()).expect("open");
+        let host = Host::new(Duration::ZERO);
+        let aof = open(&path, FsyncPolicy::Always, &host);
         let rt = rt();
-        // The "state" and the journal stay in step, as the core keeps them.
-        let push = |t: u64| {
-            source.0.lock().push(floor(t));
-            aof.append(floor(t));
-        };
-        push(1);
-        rt.block_on(aof.wait_durable(aof.appended_seq()))
-            .expect("durable");
+        assert_eq!(
+            commit(&rt, &aof, 10, vec![fence("a", 1)]),
+            Ok(vec![OpResult::FenceSet(true)])
+        );
 
         aof.inject_write_failures(1);
-        push(2);
-        let seq = aof.appended_seq();
+        let failed = commit(
+            &rt,
+            &aof,
+            20,
+            vec![
+                fence("b", 2),
+                Op::Advance {
+                    name: Bytes::from_static(b"n"),
+                    token: 5,
+                },
+            ],
+        );
+        assert_write_failed(&failed);
+        let failed_seq = aof.appended_seq();
+        assert_eq!(failed_seq, 2);
         let err = rt
-            .block_on(aof.wait_durable(seq))
+            .block_on(aof.wait_durable(failed_seq))
             .expect_err("the write failed");
         assert!(
             matches!(err, AofError::WriteFailed(ref m) if m.contains("No space left")),
@@ -1016,34 +1299,133 @@ mod tests {
         );
         assert!(matches!(
             aof.check_writable(),
-            Err(AofError::WriteFailed(_))
+            Err(AofError::WriteFailed(ref m)) if m.contains("No space left")
         ));
-        assert!(aof.stats().write_failed);
-        // The file was cut back to its good part.
-        let mut got = Vec::new();
-        load(&path, &mut |c| got.push(c)).expect("load");
-        assert_eq!(got, vec![floor(1)]);
-
-        // A change slipping in while failed is covered by the recovery too.
-        push(3);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while aof.check_writable().is_err() {
-            assert!(Instant::now() < deadline, "no recovery");
-            thread::sleep(Duration::from_millis(20));
+        let st = aof.stats();
+        assert!(st.write_failed, "{st:?}");
+        assert!(
+            st.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("No space left")),
+            "{st:?}"
+        );
+        // Nothing of the failed entry was applied.
+        {
+            let m = host.machine.lock();
+            assert_eq!(m.fence_token(b"a"), 1);
+            assert_eq!(m.fence_token(b"b"), 0);
+            assert_eq!(m.last_token(b"n"), 0);
+            assert_eq!(m.position(), 1);
         }
-        rt.block_on(aof.wait_durable(aof.appended_seq()))
-            .expect("durable after recovery");
-        rt.block_on(aof.wait_durable(seq))
-            .expect("the failed record is durable now");
-        push(4);
-        rt.block_on(aof.wait_durable(aof.appended_seq()))
-            .expect("durable");
-        aof.shutdown();
-        let mut got = Vec::new();
-        load(&path, &mut |c| got.push(c)).expect("load");
-        assert_eq!(got, vec![floor(1), floor(2), floor(3), floor(4)]);
+        // The file was cut back to its good part: exactly the applied state.
+        let disk = loaded(&path);
+        assert_eq!(disk.digest(), host.machine.lock().digest());
+        assert_eq!(layout(&path), (None, vec![1]));
+
+        // A proposal made while failed is refused, and not applied either.
+        let refused = commit(&rt, &aof, 30, vec![fence("c", 3)]);
+        assert!(
+            matches!(refused, Err(CommitError::WriteFailed(_))),
+            "{refused:?}"
+        );
+        assert!(rt.block_on(aof.wait_durable(aof.appended_seq())).is_err());
+        assert_eq!(host.machine.lock().fence_token(b"c"), 0);
+
+        // A rewrite from the applier's state recovers (retried every second).
+        wait_until("recovery", || aof.check_writable().is_ok());
         let st = aof.stats();
         assert!(st.rewrites >= 1 && !st.write_failed, "{st:?}");
+        assert!(!dir.join("a.aof.rewrite.tmp").exists());
+        assert_eq!(
+            layout(&path),
+            (Some(1), vec![]),
+            "a new file: a snapshot of the state, without the failed proposals"
+        );
+
+        assert_eq!(
+            commit(&rt, &aof, 40, vec![fence("d", 4)]),
+            Ok(vec![OpResult::FenceSet(true)])
+        );
+        let last = aof.appended_seq();
+        assert_eq!(last, 4, "positions go on after the refused ones");
+        rt.block_on(aof.wait_durable(last)).expect("durable");
+        aof.shutdown();
+
+        let disk = loaded(&path);
+        let live = host.machine.lock();
+        assert_eq!(disk.digest(), live.digest());
+        assert_eq!((disk.fence_token(b"a"), disk.fence_token(b"d")), (1, 4));
+        assert_eq!(
+            (
+                disk.fence_token(b"b"),
+                disk.last_token(b"n"),
+                disk.fence_token(b"c")
+            ),
+            (0, 0, 0),
+            "the failed and the refused proposals are not on disk"
+        );
+        assert_eq!(layout(&path), (Some(1), vec![4]));
+        drop(live);
+        drop(aof);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_failed_write_on_the_proposers_thread() {
+        let dir = temp_dir("fail-no");
+        let path = dir.join("a.aof");
+        let host = Host::new(Duration::ZERO);
+        let aof = open(&path, FsyncPolicy::No, &host);
+        let rt = rt();
+        assert_eq!(
+            commit(&rt, &aof, 10, vec![fence("a", 1)]),
+            Ok(vec![OpResult::FenceSet(true)])
+        );
+        aof.inject_write_failures(1);
+        assert_write_failed(&commit(&rt, &aof, 20, vec![fence("b", 2)]));
+        assert!(aof.check_writable().is_err());
+        assert_eq!(host.machine.lock().fence_token(b"b"), 0);
+        assert!(matches!(
+            commit(&rt, &aof, 25, vec![fence("c", 3)]),
+            Err(CommitError::WriteFailed(_))
+        ));
+        wait_until("recovery", || aof.check_writable().is_ok());
+        assert_eq!(
+            commit(&rt, &aof, 30, vec![fence("d", 4)]),
+            Ok(vec![OpResult::FenceSet(true)])
+        );
+        aof.shutdown();
+        let disk = loaded(&path);
+        assert_eq!(disk.digest(), host.machine.lock().digest());
+        assert_eq!((disk.fence_token(b"b"), disk.fence_token(b"c")), (0, 0));
+        assert_eq!(disk.fence_token(b"d"), 4);
+        drop(aof);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_failure_during_a_rewrite_is_recovered_by_it() {
+        let dir = temp_dir("fail-rewrite");
+        let path = dir.join("a.aof");
+        let host = Host::new(Duration::from_millis(300));
+        let aof = open(&path, FsyncPolicy::Always, &host);
+        let rt = rt();
+        assert!(commit(&rt, &aof, 10, vec![fence("a", 1)]).is_ok());
+        aof.rewrite().expect("rewrite starts");
+        // Into the old file and the rewrite's tail.
+        assert!(commit(&rt, &aof, 20, vec![fence("b", 2)]).is_ok());
+        aof.inject_write_failures(1);
+        assert_write_failed(&commit(&rt, &aof, 30, vec![fence("c", 3)]));
+        wait_until("the rewrite", || aof.stats().rewrites >= 1);
+        aof.check_writable().expect("recovered by the rewrite");
+        assert!(commit(&rt, &aof, 40, vec![fence("d", 4)]).is_ok());
+        aof.shutdown();
+        let disk = loaded(&path);
+        assert_eq!(disk.digest(), host.machine.lock().digest());
+        assert_eq!(
+            [b"a", b"b", b"c", b"d"].map(|k| disk.fence_token(k)),
+            [1, 2, 0, 4]
+        );
         drop(aof);
         let _ = fs::remove_dir_all(&dir);
     }
@@ -1052,33 +1434,40 @@ mod tests {
     fn failed_at_shutdown_writes_the_state() {
         let dir = temp_dir("failstop");
         let path = dir.join("a.aof");
-        let source = Arc::new(ListSource(parking_lot::Mutex::new(Vec::new())));
-        let aof = Aof::open(AofOptions::new(&path), source.clone()).expect("open");
-        aof.inject_write_failures(1);
-        source.0.lock().push(floor(7));
-        aof.append(floor(7));
+        let host = Host::new(Duration::ZERO);
+        let aof = open(&path, FsyncPolicy::Always, &host);
         let rt = rt();
-        assert!(rt.block_on(aof.wait_durable(1)).is_err());
+        assert!(commit(&rt, &aof, 10, vec![fence("a", 7)]).is_ok());
+        aof.inject_write_failures(1);
+        assert_write_failed(&commit(&rt, &aof, 20, vec![fence("b", 8)]));
+        assert!(rt.block_on(aof.wait_durable(2)).is_err());
         aof.shutdown();
-        let mut got = Vec::new();
-        load(&path, &mut |c| got.push(c)).expect("load");
-        assert_eq!(got, vec![floor(7)]);
+        // The last rewrite at shutdown wrote the whole state: a snapshot, nothing failed.
+        assert_eq!(layout(&path), (Some(1), vec![]));
+        let disk = loaded(&path);
+        assert_eq!(disk.digest(), host.machine.lock().digest());
+        assert_eq!((disk.fence_token(b"a"), disk.fence_token(b"b")), (7, 0));
+        let st = aof.stats();
+        assert!(st.rewrites >= 1 && !st.write_failed, "{st:?}");
+        assert!(!dir.join("a.aof.rewrite.tmp").exists());
         drop(aof);
         let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
-    fn wait_durable_future_is_send() {
+    fn futures_are_send() {
         fn assert_send<T: Send>(_: &T) {}
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Aof>();
         let dir = temp_dir("send");
-        let aof = Aof::open(
-            AofOptions::new(dir.join("a.aof")),
-            Arc::new(ListSource(Default::default())),
-        )
-        .expect("open");
+        let host = Host::new(Duration::ZERO);
+        let aof = open(&dir.join("a.aof"), FsyncPolicy::Always, &host);
         let fut = aof.wait_durable(0);
         assert_send(&fut);
         drop(fut);
+        let rx = aof.propose(Millis(1), vec![fence("a", 1)]);
+        assert_send(&rx);
+        drop(rx);
         drop(aof);
         let _ = fs::remove_dir_all(&dir);
     }

@@ -1,8 +1,8 @@
-//! Errors of lock operations.
+//! Errors of lock operations, as results of applying an op (not failures of the machine).
 
 use bytes::Bytes;
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LockError {
     /// The token does not belong to the current holding of the lock (never held, released,
     /// expired, or held by someone else). The server replies `-NOTOWNER` with this text.

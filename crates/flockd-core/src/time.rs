@@ -1,8 +1,16 @@
-//! Monotonic time in milliseconds, as the core sees it. The server reads a monotonic clock and
-//! passes the value in; tests pass whatever they like.
+//! Log time in milliseconds, as the core sees it.
+//!
+//! The proposer of an op stamps the time it takes effect at, from its own monotonic clock
+//! rebased so that log time never goes back: a restarted server continues from the last time in
+//! its file, a new Raft leader from the last time in the log. So a `Millis` means the same on
+//! every machine that applies the log, and leases compare against it alone.
 
-/// Milliseconds on the server's monotonic clock (since an arbitrary origin, never wall time).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds of log time (never wall time).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Millis(pub u64);
 
 impl Millis {

@@ -1,25 +1,31 @@
-//! Property tests: random operation sequences run against the real table and a small, obviously
-//! sequential reference model; every reply, every token handed to a waiter and every status must
-//! agree. On top of that: tokens strictly increase per name and never repeat, a new holding is
-//! only ever granted on a free lock, and replaying the journal (whole, or a snapshot plus the
-//! records from any earlier point) rebuilds the live state.
+//! Property test: random operation sequences applied to the state machine and to a small,
+//! obviously sequential reference model; every result and every event (so every token handed to
+//! a waiter) must agree, and so must every status read. On top of that, from the events alone:
+//! tokens strictly increase per name, and a new holding is only ever granted on a free lock.
+//! Finally the op log, replayed into a fresh machine (whole, or from a snapshot taken along the
+//! way), gives the same results and the same state.
+//!
+//! A waiter whose connection closes is `CancelWait { release_if_granted: true }`; a wait that
+//! times out is `CancelWait { release_if_granted: false }`; the expiry task is `due_leases`
+//! proposed as `Op::Expire`, at the tick's time.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::VecDeque;
 
 use bytes::Bytes;
 use flockd_core::{
-    AcquireOutcome, AcquireRequest, CancelOutcome, Change, LockError, LockStatus, LockTable,
-    MemoryJournal, Millis, State, WaitTicket,
+    AcquireResult, Applied, CancelResult, Event, HoldingRef, LockError, LockStatus, Millis, Op,
+    OpResult, Snapshot, SnapshotItem, StateMachine, WaitId,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
-use tokio::sync::oneshot;
 
 const NAMES: [&[u8]; 2] = [b"a", b"b"];
 const OWNERS: [Option<&[u8]>; 3] = [None, Some(b"x"), Some(b"y")];
+/// How many due leases one look of the expiry task takes.
+const DUE_LIMIT: usize = 4;
 
 #[derive(Clone, Debug)]
-enum Op {
+enum Step {
     Acquire {
         name: usize,
         lease: u64,
@@ -42,9 +48,11 @@ enum Op {
         name: usize,
         offset: i64,
     },
+    /// A wait timed out.
     Cancel {
         waiter: Index,
     },
+    /// A waiting connection closed.
     Disconnect {
         waiter: Index,
     },
@@ -52,25 +60,24 @@ enum Op {
         dt: u64,
         expire: bool,
     },
-    /// Remember a snapshot and a journal position at or before it (see the replay check).
-    Snapshot {
-        tail_from: Index,
-    },
+    /// Keep a snapshot, to rebuild from at the end.
+    Snapshot,
 }
 
-fn op() -> impl Strategy<Value = Op> {
+fn step() -> impl Strategy<Value = Step> {
     let name = 0..NAMES.len();
     prop_oneof![
         4 => (name.clone(), 1..60u64, 0..OWNERS.len(), any::<bool>())
-            .prop_map(|(name, lease, owner, wait)| Op::Acquire { name, lease, owner, wait }),
-        2 => (name.clone(), any::<Index>(), 1..60u64).prop_map(|(name, token, lease)| Op::Renew { name, token, lease }),
-        3 => (name.clone(), any::<Index>()).prop_map(|(name, token)| Op::Release { name, token }),
-        1 => name.clone().prop_map(|name| Op::ForceRelease { name }),
-        1 => (name, -3..8i64).prop_map(|(name, offset)| Op::Advance { name, offset }),
-        1 => any::<Index>().prop_map(|waiter| Op::Cancel { waiter }),
-        1 => any::<Index>().prop_map(|waiter| Op::Disconnect { waiter }),
-        3 => (0..40u64, any::<bool>()).prop_map(|(dt, expire)| Op::Tick { dt, expire }),
-        1 => any::<Index>().prop_map(|tail_from| Op::Snapshot { tail_from }),
+            .prop_map(|(name, lease, owner, wait)| Step::Acquire { name, lease, owner, wait }),
+        2 => (name.clone(), any::<Index>(), 1..60u64)
+            .prop_map(|(name, token, lease)| Step::Renew { name, token, lease }),
+        3 => (name.clone(), any::<Index>()).prop_map(|(name, token)| Step::Release { name, token }),
+        1 => name.clone().prop_map(|name| Step::ForceRelease { name }),
+        1 => (name, -3..8i64).prop_map(|(name, offset)| Step::Advance { name, offset }),
+        1 => any::<Index>().prop_map(|waiter| Step::Cancel { waiter }),
+        1 => any::<Index>().prop_map(|waiter| Step::Disconnect { waiter }),
+        3 => (0..40u64, any::<bool>()).prop_map(|(dt, expire)| Step::Tick { dt, expire }),
+        1 => Just(Step::Snapshot),
     ]
 }
 
@@ -78,94 +85,113 @@ fn op() -> impl Strategy<Value = Op> {
 
 #[derive(Clone, Debug)]
 struct MHolding {
-    owner: Option<usize>,
+    owner: usize,
     first: u64,
     latest: u64,
     holds: u32,
-    lease: u64,
     deadline: u64,
-    /// (waiter id, token) granted through the queue and not yet reported to a cancel.
-    tickets: Vec<(usize, u64)>,
+    /// (waiter, token) handed over through the queue and not yet reported to a cancel.
+    grants: Vec<(WaitId, u64)>,
 }
 
 #[derive(Clone, Debug)]
 struct MWaiter {
-    id: usize,
-    owner: Option<usize>,
+    wait: WaitId,
+    owner: usize,
     lease: u64,
-    closed: bool,
 }
 
 #[derive(Default, Debug)]
 struct MLock {
+    name: usize,
     counter: u64,
     holding: Option<MHolding>,
-    queue: Vec<MWaiter>,
+    queue: VecDeque<MWaiter>,
 }
 
-#[derive(Default)]
-struct Model {
-    locks: [MLock; 2],
-    /// Waiter id -> token the model handed it.
-    handed: BTreeMap<usize, u64>,
+fn same_owner(a: usize, b: usize) -> bool {
+    // Owner 0 is "no OWNER", which matches nothing.
+    a == b && OWNERS[a].is_some()
 }
 
-fn same(a: Option<usize>, b: Option<usize>) -> bool {
-    // Owner index 0 is "no OWNER", which matches nothing.
-    matches!((a, b), (Some(a), Some(b)) if a == b && OWNERS[a].is_some())
+fn name_bytes(name: usize) -> Bytes {
+    Bytes::from_static(NAMES[name])
+}
+
+fn owner_bytes(owner: usize) -> Option<Bytes> {
+    OWNERS[owner].map(Bytes::from_static)
 }
 
 impl MLock {
-    fn expire_if_due(&mut self, now: u64, handed: &mut BTreeMap<usize, u64>) -> bool {
-        if self.holding.as_ref().is_some_and(|h| h.deadline <= now) {
-            self.holding = None;
-            self.handover(now, handed);
-            return true;
-        }
-        false
+    fn bytes(&self) -> Bytes {
+        name_bytes(self.name)
     }
 
-    fn handover(&mut self, now: u64, handed: &mut BTreeMap<usize, u64>) {
+    fn next_token(&mut self) -> u64 {
+        self.counter += 1;
+        self.counter
+    }
+
+    fn due(&self, now: u64) -> bool {
+        self.holding.as_ref().is_some_and(|h| h.deadline <= now)
+    }
+
+    fn expire(&mut self, now: u64, events: &mut Vec<Event>) {
+        let h = self.holding.take().expect("a holding to expire");
+        events.push(Event::Expired {
+            name: self.bytes(),
+            token: h.latest,
+        });
+        self.handover(now, events);
+    }
+
+    fn expire_if_due(&mut self, now: u64, events: &mut Vec<Event>) {
+        if self.due(now) {
+            self.expire(now, events);
+        }
+    }
+
+    /// A free lock goes to the first waiter, then to every later waiter with its owner.
+    fn handover(&mut self, now: u64, events: &mut Vec<Event>) {
         if self.holding.is_some() {
             return;
         }
-        while !self.queue.is_empty() {
-            let w = self.queue.remove(0);
-            if w.closed {
-                continue;
-            }
-            self.counter += 1;
-            let token = self.counter;
-            handed.insert(w.id, token);
-            self.holding = Some(MHolding {
-                owner: w.owner,
-                first: token,
-                latest: token,
-                holds: 1,
-                lease: w.lease,
-                deadline: now + w.lease,
-                tickets: vec![(w.id, token)],
-            });
-            let mut i = 0;
-            while i < self.queue.len() {
-                let q = &self.queue[i];
-                if !q.closed && same(q.owner, w.owner) {
-                    let q = self.queue.remove(i);
-                    self.counter += 1;
-                    let token = self.counter;
-                    handed.insert(q.id, token);
-                    let h = self.holding.as_mut().unwrap();
-                    h.holds += 1;
-                    h.latest = token;
-                    h.lease = q.lease;
-                    h.deadline = now + q.lease;
-                    h.tickets.push((q.id, token));
-                } else {
-                    i += 1;
-                }
-            }
+        let Some(first) = self.queue.pop_front() else {
             return;
+        };
+        let token = self.next_token();
+        events.push(Event::Granted {
+            name: self.bytes(),
+            token,
+            wait: Some(first.wait),
+        });
+        let mut h = MHolding {
+            owner: first.owner,
+            first: token,
+            latest: token,
+            holds: 1,
+            deadline: now + first.lease,
+            grants: vec![(first.wait, token)],
+        };
+        let mut rest = VecDeque::new();
+        for w in std::mem::take(&mut self.queue) {
+            if same_owner(w.owner, first.owner) {
+                let token = self.next_token();
+                events.push(Event::Granted {
+                    name: self.bytes(),
+                    token,
+                    wait: Some(w.wait),
+                });
+                h.holds += 1;
+                h.latest = token;
+                h.deadline = now + w.lease;
+                h.grants.push((w.wait, token));
+            } else {
+                rest.push_back(w);
+            }
         }
+        self.queue = rest;
+        self.holding = Some(h);
     }
 
     fn owns(&self, token: u64) -> bool {
@@ -174,18 +200,176 @@ impl MLock {
             .is_some_and(|h| h.first <= token && token <= h.latest)
     }
 
+    fn not_owner(&self, token: u64) -> LockError {
+        LockError::NotOwner {
+            name: self.bytes(),
+            token,
+        }
+    }
+
+    fn acquire(
+        &mut self,
+        now: u64,
+        owner: usize,
+        lease: u64,
+        wait: Option<WaitId>,
+        events: &mut Vec<Event>,
+    ) -> AcquireResult {
+        self.expire_if_due(now, events);
+        // Counters stay far from the cap here, so a free lock never has waiters.
+        assert!(self.holding.is_some() || self.queue.is_empty());
+        if self
+            .holding
+            .as_ref()
+            .is_some_and(|h| same_owner(h.owner, owner))
+        {
+            let token = self.next_token();
+            let h = self.holding.as_mut().unwrap();
+            h.holds += 1;
+            h.latest = token;
+            h.deadline = now + lease;
+            events.push(Event::Granted {
+                name: self.bytes(),
+                token,
+                wait: None,
+            });
+            AcquireResult::Granted(token)
+        } else if self.holding.is_none() {
+            let token = self.next_token();
+            self.holding = Some(MHolding {
+                owner,
+                first: token,
+                latest: token,
+                holds: 1,
+                deadline: now + lease,
+                grants: Vec::new(),
+            });
+            events.push(Event::Granted {
+                name: self.bytes(),
+                token,
+                wait: None,
+            });
+            AcquireResult::Granted(token)
+        } else if let Some(wait) = wait {
+            self.queue.push_back(MWaiter { wait, owner, lease });
+            AcquireResult::Queued(wait)
+        } else {
+            AcquireResult::Busy
+        }
+    }
+
+    fn renew(
+        &mut self,
+        now: u64,
+        token: u64,
+        lease: u64,
+        events: &mut Vec<Event>,
+    ) -> Result<(), LockError> {
+        self.expire_if_due(now, events);
+        if !self.owns(token) {
+            return Err(self.not_owner(token));
+        }
+        let h = self.holding.as_mut().unwrap();
+        h.deadline = now + lease;
+        let token = h.latest;
+        events.push(Event::Renewed {
+            name: self.bytes(),
+            token,
+        });
+        Ok(())
+    }
+
+    fn release_hold(&mut self, now: u64, events: &mut Vec<Event>) -> bool {
+        let h = self.holding.as_mut().unwrap();
+        h.holds -= 1;
+        let (free, latest) = (h.holds == 0, h.latest);
+        if free {
+            self.holding = None;
+        }
+        events.push(Event::Released {
+            name: self.bytes(),
+            token: latest,
+            free,
+        });
+        if free {
+            self.handover(now, events);
+        }
+        free
+    }
+
+    fn release(
+        &mut self,
+        now: u64,
+        token: u64,
+        events: &mut Vec<Event>,
+    ) -> Result<bool, LockError> {
+        self.expire_if_due(now, events);
+        if !self.owns(token) {
+            return Err(self.not_owner(token));
+        }
+        Ok(self.release_hold(now, events))
+    }
+
+    fn force_release(&mut self, now: u64, events: &mut Vec<Event>) -> bool {
+        self.expire_if_due(now, events);
+        let Some(h) = self.holding.take() else {
+            return false;
+        };
+        events.push(Event::ForceReleased {
+            name: self.bytes(),
+            token: h.latest,
+        });
+        self.handover(now, events);
+        true
+    }
+
+    fn cancel(
+        &mut self,
+        now: u64,
+        wait: WaitId,
+        release_if_granted: bool,
+        events: &mut Vec<Event>,
+    ) -> CancelResult {
+        self.expire_if_due(now, events);
+        if let Some(i) = self.queue.iter().position(|w| w.wait == wait) {
+            self.queue.remove(i);
+            events.push(Event::WaitEnded {
+                name: self.bytes(),
+                wait,
+            });
+            return CancelResult::Removed;
+        }
+        let Some(h) = self.holding.as_mut() else {
+            return CancelResult::Removed;
+        };
+        let Some(i) = h.grants.iter().position(|&(w, _)| w == wait) else {
+            return CancelResult::Removed;
+        };
+        let (_, token) = h.grants.remove(i);
+        if release_if_granted {
+            self.release_hold(now, events);
+        }
+        CancelResult::AlreadyGranted(token)
+    }
+
+    /// Expires the holding `first` names if it is due.
+    fn expire_holding(&mut self, now: u64, first: u64, events: &mut Vec<Event>) -> bool {
+        let hit = self.due(now) && self.holding.as_ref().is_some_and(|h| h.first == first);
+        if hit {
+            self.expire(now, events);
+        }
+        hit
+    }
+
     fn status(&self, now: u64) -> LockStatus {
         let h = self.holding.as_ref().filter(|h| h.deadline > now);
         LockStatus {
             locked: h.is_some(),
             token: h.map(|h| h.latest),
-            owner: h
-                .and_then(|h| h.owner)
-                .and_then(|o| OWNERS[o])
-                .map(Bytes::from_static),
+            owner: h.and_then(|h| owner_bytes(h.owner)),
             ttl_ms: h.map_or(-2, |h| (h.deadline - now) as i64),
             holds: h.map_or(0, |h| h.holds),
-            waiters: self.queue.iter().filter(|w| !w.closed).count(),
+            waiters: self.queue.len(),
             last_token: self.counter,
         }
     }
@@ -193,400 +377,299 @@ impl MLock {
 
 // ---------------------------------------------------------------- the harness
 
-/// One queued acquire, as the server's connection task would hold it.
-struct Wait {
-    name: usize,
-    ticket: WaitTicket,
-    /// `None` once the token arrived, the connection closed or the wait was cancelled.
-    rx: Option<oneshot::Receiver<u64>>,
-}
-
 struct Run {
-    table: LockTable,
-    journal: MemoryJournal,
-    model: Model,
+    sm: StateMachine,
+    model: [MLock; 2],
     now: u64,
-    waits: Vec<Wait>,
-    /// Every token issued per name, in order of observation (replies and waiter grants).
+    pos: u64,
+    /// Every op applied, at its position and time, with what it gave.
+    log: Vec<(u64, Millis, Op, Applied)>,
+    /// Every wait id queued, with its name (kept after the wait ended: a repeated cancel is
+    /// checked too).
+    waits: Vec<(usize, WaitId)>,
+    /// Every token issued per name, in order.
     issued: [Vec<u64>; 2],
-    seen: [HashSet<u64>; 2],
-    snapshots: Vec<(Vec<Change>, usize)>,
-}
-
-fn owner_bytes(owner: usize) -> Option<Bytes> {
-    OWNERS[owner].map(Bytes::from_static)
+    /// The first token of each name's current holding, as the events tell it.
+    holding_by_events: [Option<u64>; 2],
+    /// Snapshots and how many log entries they cover.
+    snapshots: Vec<(Snapshot, usize)>,
 }
 
 impl Run {
     fn new() -> Self {
         Run {
-            table: LockTable::new(),
-            journal: MemoryJournal::default(),
-            model: Model::default(),
+            sm: StateMachine::new(),
+            model: [0, 1].map(|name| MLock {
+                name,
+                ..MLock::default()
+            }),
             now: 0,
+            pos: 0,
+            log: Vec::new(),
             waits: Vec::new(),
             issued: Default::default(),
-            seen: Default::default(),
+            holding_by_events: [None; 2],
             snapshots: Vec::new(),
         }
     }
 
-    fn observe(&mut self, name: usize, token: u64) -> Result<(), TestCaseError> {
-        prop_assert!(
-            self.seen[name].insert(token),
-            "token {} of {} issued twice",
-            token,
-            name
-        );
-        self.issued[name].push(token);
+    /// Applies `op` and checks the machine's result and events against the model's.
+    fn apply(
+        &mut self,
+        op: Op,
+        want: OpResult,
+        want_events: Vec<Event>,
+    ) -> Result<(), TestCaseError> {
+        self.pos += 1;
+        let at = Millis(self.now);
+        let got = self.sm.apply(self.pos, at, &op);
+        let want = Applied {
+            result: want,
+            events: want_events,
+        };
+        prop_assert_eq!(&got, &want, "op {:?} at {}", op, self.now);
+        self.check_events(&got.events)?;
+        self.log.push((self.pos, at, op, got));
+        Ok(())
+    }
+
+    /// From the events alone: tokens strictly increase per name, and a holding is only granted
+    /// on a free lock (a grant on a held lock is a reentrant one: the holding stays the same,
+    /// as the machine's snapshot must confirm).
+    fn check_events(&mut self, events: &[Event]) -> Result<(), TestCaseError> {
+        let index = |name: &Bytes| NAMES.iter().position(|n| n == name).unwrap();
+        for event in events {
+            match event {
+                Event::Granted { name, token, .. } => {
+                    let i = index(name);
+                    let last = self.issued[i].last().copied().unwrap_or(0);
+                    prop_assert!(
+                        *token > last,
+                        "token {} after {} for {:?}",
+                        token,
+                        last,
+                        name
+                    );
+                    self.issued[i].push(*token);
+                    self.holding_by_events[i].get_or_insert(*token);
+                }
+                Event::Renewed { name, .. }
+                | Event::Released {
+                    free: false, name, ..
+                } => {
+                    prop_assert!(self.holding_by_events[index(name)].is_some());
+                }
+                Event::Released {
+                    free: true, name, ..
+                }
+                | Event::Expired { name, .. }
+                | Event::ForceReleased { name, .. } => {
+                    prop_assert!(
+                        self.holding_by_events[index(name)].take().is_some(),
+                        "{:?} of a free lock",
+                        event
+                    );
+                }
+                Event::WaitEnded { .. } => {}
+            }
+        }
+        let mut first_tokens = [None; 2];
+        self.sm.snapshot().emit(&mut |item| {
+            if let SnapshotItem::Holding {
+                name, first_token, ..
+            } = item
+            {
+                first_tokens[NAMES.iter().position(|n| *n == name).unwrap()] = Some(first_token);
+            }
+        });
+        prop_assert_eq!(first_tokens, self.holding_by_events, "holdings vs events");
         Ok(())
     }
 
     fn token_candidates(&self, name: usize) -> Vec<u64> {
         let mut tokens = self.issued[name].clone();
         tokens.push(0);
-        tokens.push(self.model.locks[name].counter + 1);
+        tokens.push(self.model[name].counter + 1);
         tokens
     }
 
-    fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
-        let now = Millis(self.now);
-        let j = &self.journal;
-        match *op {
-            Op::Acquire {
+    fn step(&mut self, step: &Step) -> Result<(), TestCaseError> {
+        let now = self.now;
+        let mut ev = Vec::new();
+        match *step {
+            Step::Acquire {
                 name,
                 lease,
                 owner,
                 wait,
             } => {
-                let req = AcquireRequest {
-                    name: Bytes::from_static(NAMES[name]),
+                let wait_id = WaitId {
+                    position: self.pos + 1,
+                    index: 0,
+                };
+                let want =
+                    self.model[name].acquire(now, owner, lease, wait.then_some(wait_id), &mut ev);
+                if want == AcquireResult::Queued(wait_id) {
+                    self.waits.push((name, wait_id));
+                }
+                let op = Op::Acquire {
+                    name: name_bytes(name),
                     lease_ms: lease,
                     owner: owner_bytes(owner),
                     wait,
                 };
-                let got = self.table.acquire(req, now, j);
-                let m = &mut self.model.locks[name];
-                m.expire_if_due(self.now, &mut self.model.handed);
-                if m.holding.is_none() && !m.queue.is_empty() {
-                    m.handover(self.now, &mut self.model.handed);
-                }
-                let owner = Some(owner);
-                let live_waiters = m.queue.iter().any(|w| !w.closed);
-                if let Some(h) = m.holding.as_mut().filter(|h| same(h.owner, owner)) {
-                    m.counter += 1;
-                    h.holds += 1;
-                    h.latest = m.counter;
-                    h.lease = lease;
-                    h.deadline = self.now + lease;
-                    let want = m.counter;
-                    prop_assert!(
-                        matches!(got, AcquireOutcome::Granted(t) if t == want),
-                        "reentrant: {:?} != {}",
-                        got,
-                        want
-                    );
-                    self.observe(name, want)?;
-                } else if m.holding.is_none() && !live_waiters {
-                    m.counter += 1;
-                    let token = m.counter;
-                    m.holding = Some(MHolding {
-                        owner,
-                        first: token,
-                        latest: token,
-                        holds: 1,
-                        lease,
-                        deadline: self.now + lease,
-                        tickets: Vec::new(),
-                    });
-                    prop_assert!(
-                        matches!(got, AcquireOutcome::Granted(t) if t == token),
-                        "grant: {:?} != {}",
-                        got,
-                        token
-                    );
-                    self.observe(name, token)?;
-                } else if wait {
-                    let AcquireOutcome::Queued { ticket, grant } = got else {
-                        return Err(TestCaseError::fail(format!(
-                            "expected to queue, got {got:?}"
-                        )));
-                    };
-                    let id = self.waits.len();
-                    m.queue.push(MWaiter {
-                        id,
-                        owner,
-                        lease,
-                        closed: false,
-                    });
-                    self.waits.push(Wait {
-                        name,
-                        ticket,
-                        rx: Some(grant),
-                    });
-                } else {
-                    prop_assert!(
-                        matches!(got, AcquireOutcome::Busy),
-                        "expected busy, got {:?}",
-                        got
-                    );
-                }
+                self.apply(op, OpResult::Acquire(want), ev)?;
             }
-            Op::Renew {
+            Step::Renew {
                 name,
                 ref token,
                 lease,
             } => {
-                let candidates = self.token_candidates(name);
-                let token = *token.get(&candidates);
-                let got = self.table.renew(NAMES[name], token, lease, now, j);
-                let m = &mut self.model.locks[name];
-                m.expire_if_due(self.now, &mut self.model.handed);
-                if m.owns(token) {
-                    let h = m.holding.as_mut().unwrap();
-                    h.lease = lease;
-                    h.deadline = self.now + lease;
-                    prop_assert_eq!(got, Ok(()));
-                } else {
-                    prop_assert_eq!(
-                        got,
-                        Err(LockError::NotOwner {
-                            name: Bytes::from_static(NAMES[name]),
-                            token
-                        })
-                    );
-                }
-            }
-            Op::Release { name, ref token } => {
-                let candidates = self.token_candidates(name);
-                let token = *token.get(&candidates);
-                let got = self.table.release(NAMES[name], token, now, j);
-                let m = &mut self.model.locks[name];
-                m.expire_if_due(self.now, &mut self.model.handed);
-                if m.owns(token) {
-                    let h = m.holding.as_mut().unwrap();
-                    h.holds -= 1;
-                    let free = h.holds == 0;
-                    if free {
-                        m.holding = None;
-                        m.handover(self.now, &mut self.model.handed);
-                    }
-                    prop_assert_eq!(got, Ok(free));
-                } else {
-                    prop_assert_eq!(
-                        got,
-                        Err(LockError::NotOwner {
-                            name: Bytes::from_static(NAMES[name]),
-                            token
-                        })
-                    );
-                }
-            }
-            Op::ForceRelease { name } => {
-                let got = self.table.force_release(NAMES[name], now, j);
-                let m = &mut self.model.locks[name];
-                m.expire_if_due(self.now, &mut self.model.handed);
-                let had = m.holding.take().is_some();
-                m.handover(self.now, &mut self.model.handed);
-                prop_assert_eq!(got, had);
-            }
-            Op::Advance { name, offset } => {
-                let m = &mut self.model.locks[name];
-                let token = m.counter.saturating_add_signed(offset).max(1);
-                let got = self.table.advance(NAMES[name], token, j);
-                m.counter = m.counter.max(token);
-                prop_assert_eq!(got, m.counter);
-            }
-            Op::Cancel { ref waiter } => {
-                if self.waits.is_empty() {
-                    return Ok(());
-                }
-                let id = waiter.index(self.waits.len());
-                let Wait { name, ticket, .. } = self.waits[id];
-                let got = self.table.cancel_wait(NAMES[name], ticket);
-                let m = &mut self.model.locks[name];
-                let want = if let Some(i) = m.queue.iter().position(|w| w.id == id) {
-                    m.queue.remove(i);
-                    CancelOutcome::Removed
-                } else if let Some(i) = m
-                    .holding
-                    .as_ref()
-                    .and_then(|h| h.tickets.iter().position(|&(t, _)| t == id))
-                {
-                    let (_, token) = m.holding.as_mut().unwrap().tickets.remove(i);
-                    CancelOutcome::AlreadyGranted(token)
-                } else {
-                    CancelOutcome::Removed
+                let token = *token.get(&self.token_candidates(name));
+                let want = self.model[name].renew(now, token, lease, &mut ev);
+                let op = Op::Renew {
+                    name: name_bytes(name),
+                    token,
+                    lease_ms: lease,
                 };
-                prop_assert_eq!(got, want);
-                // The waiter's task is over: its receiver goes with it (after a last look). It
-                // stays pickable so that a repeated cancel is checked too.
-                self.collect_grants()?;
-                self.waits[id].rx = None;
+                self.apply(op, OpResult::Renew(want), ev)?;
             }
-            Op::Disconnect { ref waiter } => {
+            Step::Release { name, ref token } => {
+                let token = *token.get(&self.token_candidates(name));
+                let want = self.model[name].release(now, token, &mut ev);
+                let op = Op::Release {
+                    name: name_bytes(name),
+                    token,
+                };
+                self.apply(op, OpResult::Release(want), ev)?;
+            }
+            Step::ForceRelease { name } => {
+                let want = self.model[name].force_release(now, &mut ev);
+                let op = Op::ForceRelease {
+                    name: name_bytes(name),
+                };
+                self.apply(op, OpResult::ForceRelease(want), ev)?;
+            }
+            Step::Advance { name, offset } => {
+                let m = &mut self.model[name];
+                let token = m.counter.saturating_add_signed(offset).max(1);
+                m.counter = m.counter.max(token);
+                let want = m.counter;
+                let op = Op::Advance {
+                    name: name_bytes(name),
+                    token,
+                };
+                self.apply(op, OpResult::Advance(want), ev)?;
+            }
+            Step::Cancel { ref waiter } | Step::Disconnect { ref waiter } => {
                 if self.waits.is_empty() {
                     return Ok(());
                 }
-                let id = waiter.index(self.waits.len());
-                self.collect_grants()?;
-                // The connection closes without a cancel: the waiter must be skipped.
-                if let Wait { name, rx, .. } = &mut self.waits[id]
-                    && rx.take().is_some()
-                    && let Some(w) = self.model.locks[*name]
-                        .queue
-                        .iter_mut()
-                        .find(|w| w.id == id)
-                {
-                    w.closed = true;
-                }
+                let release_if_granted = matches!(step, Step::Disconnect { .. });
+                let (name, wait) = self.waits[waiter.index(self.waits.len())];
+                let want = self.model[name].cancel(now, wait, release_if_granted, &mut ev);
+                let op = Op::CancelWait {
+                    name: name_bytes(name),
+                    wait,
+                    release_if_granted,
+                };
+                self.apply(op, OpResult::CancelWait(want), ev)?;
             }
-            Op::Tick { dt, expire } => {
+            Step::Tick { dt, expire } => {
                 self.now += dt;
                 if expire {
-                    let got = self.table.expire_due(Millis(self.now), j);
-                    let mut want = 0;
-                    for m in &mut self.model.locks {
-                        want += usize::from(m.expire_if_due(self.now, &mut self.model.handed));
-                    }
-                    prop_assert_eq!(got, want);
-                    // Nothing due is left behind.
-                    prop_assert!(self.table.next_deadline().is_none_or(|d| d.0 > self.now));
+                    self.expire_due()?;
                 }
             }
-            Op::Snapshot { ref tail_from } => {
-                let mut snapshot = Vec::new();
-                self.table.snapshot(&mut |c| snapshot.push(c));
-                let len = self.journal.changes.lock().len();
-                let from = tail_from.index(len + 1);
-                self.snapshots.push((snapshot, from));
-            }
+            Step::Snapshot => self.snapshots.push((self.sm.snapshot(), self.log.len())),
         }
-        self.collect_grants()?;
         self.check_status()
     }
 
-    /// Takes every token delivered to a waiter and checks it is the one the model handed it.
-    fn collect_grants(&mut self) -> Result<(), TestCaseError> {
-        for id in 0..self.waits.len() {
-            let Wait {
-                name, rx: rx_slot, ..
-            } = &mut self.waits[id];
-            let Some(rx) = rx_slot else { continue };
-            let name = *name;
-            match rx.try_recv() {
-                Ok(token) => {
-                    prop_assert_eq!(
-                        self.model.handed.get(&id),
-                        Some(&token),
-                        "waiter {} got {}",
-                        id,
-                        token
-                    );
-                    // Still cancellable: a cancel racing this grant must report it.
-                    *rx_slot = None;
-                    self.observe(name, token)?;
+    /// The expiry task: looks at the due leases and proposes them, until none is left.
+    fn expire_due(&mut self) -> Result<(), TestCaseError> {
+        let now = self.now;
+        for _round in 0..100 {
+            let leases = self.sm.due_leases(Millis(now), DUE_LIMIT);
+            if leases.is_empty() {
+                // Nothing due is left behind, in the model or in the index.
+                for m in &self.model {
+                    prop_assert!(!m.due(now), "{:?} due at {} and not found", m, now);
                 }
-                Err(_) => prop_assert!(
-                    !self.model.handed.contains_key(&id),
-                    "waiter {} was not handed its token",
-                    id
-                ),
+                prop_assert!(self.sm.next_deadline().is_none_or(|d| d.0 > now));
+                return Ok(());
             }
+            prop_assert!(leases.len() <= DUE_LIMIT);
+            let index = |lease: &HoldingRef| NAMES.iter().position(|n| *n == lease.name).unwrap();
+            // Only a holding that is there and due is reported.
+            for lease in &leases {
+                let m = &self.model[index(lease)];
+                prop_assert!(
+                    m.due(now)
+                        && m.holding
+                            .as_ref()
+                            .is_some_and(|h| h.first == lease.first_token),
+                    "{:?} reported due at {}: {:?}",
+                    lease,
+                    now,
+                    m
+                );
+            }
+            let mut ev = Vec::new();
+            let mut want = 0;
+            for lease in &leases {
+                let m = &mut self.model[index(lease)];
+                want += usize::from(m.expire_holding(now, lease.first_token, &mut ev));
+            }
+            prop_assert!(
+                want > 0,
+                "a look at the index found nothing to expire: {:?}",
+                leases
+            );
+            self.apply(Op::Expire { leases }, OpResult::Expire(want), ev)?;
         }
-        Ok(())
+        Err(TestCaseError::fail("the expiry task never caught up"))
     }
 
     fn check_status(&self) -> Result<(), TestCaseError> {
         let now = Millis(self.now);
         for (i, name) in NAMES.iter().enumerate() {
-            let m = &self.model.locks[i];
-            prop_assert_eq!(self.table.status(name, now), m.status(self.now));
-            prop_assert_eq!(self.table.ttl(name, now), m.status(self.now).ttl_ms);
-            prop_assert_eq!(self.table.last_token(name), m.counter);
+            let want = self.model[i].status(self.now);
+            prop_assert_eq!(self.sm.ttl(name, now), want.ttl_ms);
+            prop_assert_eq!(self.sm.last_token(name), want.last_token);
+            prop_assert_eq!(self.sm.status(name, now), want);
         }
-        let held = self
-            .model
-            .locks
-            .iter()
-            .filter(|m| m.holding.is_some())
-            .count() as u64;
-        prop_assert_eq!(self.table.stats().locks_held, held);
-        let queued = self
-            .model
-            .locks
-            .iter()
-            .map(|m| m.queue.len() as u64)
-            .sum::<u64>();
-        prop_assert_eq!(self.table.stats().waiters, queued);
+        let held = self.model.iter().filter(|m| m.holding.is_some()).count() as u64;
+        let queued = self.model.iter().map(|m| m.queue.len() as u64).sum::<u64>();
+        let stats = self.sm.lock_stats();
+        prop_assert_eq!((stats.locks_held, stats.waiters), (held, queued));
         Ok(())
     }
 }
 
-fn sorted_snapshot(state: &State) -> Vec<Change> {
-    let mut changes = Vec::new();
-    state.snapshot(&mut |c| changes.push(c));
-    changes.sort_by_key(|c| (c.key().cloned(), matches!(c, Change::Advance { .. })));
-    changes
+/// Applies `log` to `sm`, checking that every op gives what it gave the first time.
+fn replay(sm: &mut StateMachine, log: &[(u64, Millis, Op, Applied)]) -> Result<(), TestCaseError> {
+    for (position, at, op, applied) in log {
+        prop_assert_eq!(&sm.apply(*position, *at, op), applied, "replaying {:?}", op);
+    }
+    Ok(())
 }
 
-fn check_replay(run: Run) -> Result<(), TestCaseError> {
-    let records = run.journal.changes.lock().clone();
-
-    // Tokens strictly increase per name, in journal order.
-    let mut last: BTreeMap<Bytes, u64> = BTreeMap::new();
-    for change in &records {
-        if let Change::Grant { name, token, .. } = change {
-            let previous = last.insert(name.clone(), *token).unwrap_or(0);
-            prop_assert!(
-                *token > previous,
-                "token {} after {} for {:?}",
-                token,
-                previous,
-                name
-            );
-        }
-    }
-
-    let live = State {
-        locks: run.table,
-        fences: Default::default(),
-    };
-    let want = sorted_snapshot(&live);
-
-    // The whole journal, checking that a new holding is only granted on a free lock.
-    let replayed = State::default();
-    for change in &records {
-        if let Change::Grant {
-            name,
-            token,
-            first_token,
-            ..
-        } = change
-            && token == first_token
-        {
-            prop_assert!(
-                !replayed.locks.status(name, Millis(0)).locked,
-                "second holding of {:?}",
-                name
-            );
-        }
-        replayed.apply_change(change);
-    }
-    prop_assert_eq!(&sorted_snapshot(&replayed), &want);
-    for name in NAMES {
-        prop_assert_eq!(replayed.locks.last_token(name), live.locks.last_token(name));
-    }
-
-    // Every snapshot plus the records from any point at or before it.
-    for (snapshot, from) in &run.snapshots {
-        let rebuilt = State::default();
-        for change in snapshot.iter().chain(&records[*from..]) {
-            rebuilt.apply_change(change);
-        }
-        prop_assert_eq!(&sorted_snapshot(&rebuilt), &want);
+fn check_replay(run: &Run) -> Result<(), TestCaseError> {
+    let digest = run.sm.digest();
+    let mut whole = StateMachine::new();
+    replay(&mut whole, &run.log)?;
+    prop_assert_eq!(whole.digest(), digest);
+    for (snapshot, covered) in &run.snapshots {
+        let mut rebuilt = StateMachine::new();
+        rebuilt.restore_begin(snapshot.position(), snapshot.at());
+        snapshot.emit(&mut |item| rebuilt.restore(&item));
+        rebuilt.restore_end();
+        replay(&mut rebuilt, &run.log[*covered..])?;
+        prop_assert_eq!(rebuilt.digest(), digest);
         for name in NAMES {
-            prop_assert_eq!(rebuilt.locks.last_token(name), live.locks.last_token(name));
+            let now = Millis(run.now);
+            prop_assert_eq!(rebuilt.status(name, now), run.sm.status(name, now));
         }
     }
     Ok(())
@@ -596,11 +679,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn table_matches_the_model(ops in prop::collection::vec(op(), 1..80)) {
+    fn machine_matches_the_model(steps in prop::collection::vec(step(), 1..80)) {
         let mut run = Run::new();
-        for op in &ops {
-            run.step(op)?;
+        for step in &steps {
+            run.step(step)?;
         }
-        check_replay(run)?;
+        check_replay(&run)?;
     }
 }

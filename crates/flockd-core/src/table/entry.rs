@@ -1,94 +1,85 @@
-//! One lock name's state and the rules of the FLOCK.* commands applied to it.
+//! One lock name's state and the rules of the FLOCK.* operations applied to it.
 //!
-//! Everything here runs under the name's dashmap guard, so one entry's changes (and the journal
-//! records they produce) are totally ordered. The table around it only finds entries, keeps the
-//! deadline heap and calls the deadline hook.
+//! Everything here is plain data changed by `&mut self`: the caller applies one op at a time in
+//! log order, and every decision depends only on the entry, the op and the op's time.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
 
-use super::stats::Counters;
-use super::{AcquireOutcome, AcquireRequest, CancelOutcome, LockStatus, WaitTicket};
-use crate::{Change, Journal, LockError, MAX_TOKEN, Millis};
+use super::{Acquire, Counters};
+use crate::{AcquireResult, CancelResult, Event, LockError, MAX_TOKEN, Millis, WaitId};
 
 /// What an operation on an entry needs from the table around it.
-pub(super) struct Ctx<'a> {
+pub(super) struct EntryCtx<'a> {
     pub name: &'a Bytes,
-    pub now: Millis,
-    pub journal: &'a dyn Journal,
-    pub counters: &'a Counters,
-    /// The global counter floor (see [`Change::Floor`]).
+    /// The op's time.
+    pub at: Millis,
+    /// The global counter floor.
     pub floor: u64,
+    pub counters: &'a mut Counters,
+    pub events: &'a mut Vec<Event>,
+}
+
+impl EntryCtx<'_> {
+    fn event(&mut self, event: Event) {
+        self.events.push(event);
+    }
 }
 
 const RECENTLY_USED: u64 = 1 << 63;
 
 /// A lock name. Idle names (free, nobody waiting) are most of the table, so all the rest hides
-/// behind one optional box: an idle entry is a counter, a deadline (with a recency mark) and a
-/// null pointer (24 bytes).
-#[derive(Default)]
+/// behind one optional box: an idle entry is a counter, a deadline mark and a null pointer.
+#[derive(Clone, Default)]
 pub(super) struct LockEntry {
     /// Highest token issued or advanced to for this name (the floor aside: see [`Self::counter`]).
     pub last_token: u64,
-    /// The earliest deadline (ms) the table's heap is known to hold an item of this name for, 0
-    /// if none. A grant or renewal whose deadline is not earlier needs no push: when that item
-    /// pops, the real deadline is pushed again. So neither renewal spam nor acquire/release
-    /// churn grows the heap beyond about one item per name. Kept outside the box because the
-    /// heap item outlives an idle spell.
-    /// The top bit is not part of the deadline (ms on a monotonic clock never get near 2^63):
-    /// it marks the entry as used since the last reclamation pass (see [`Self::touch`]).
+    /// Bookkeeping for the deadline index, not state: the earliest deadline (ms) the index is
+    /// known to hold an item of this name for, 0 if none, so renewal spam does not grow the
+    /// index. The top bit marks the entry as used since the last idle-name pass.
     scheduled: u64,
     pub active: Option<Box<Active>>,
 }
 
 /// The part of an entry that exists only while the lock is held or waited for.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct Active {
     pub holding: Option<Holding>,
     pub waiters: VecDeque<Waiter>,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Holding {
     pub owner: Option<Bytes>,
+    /// The holding's id: tokens `first_token..=token` belong to it.
     pub first_token: u64,
     /// The latest token issued to this holding.
     pub token: u64,
     pub holds: u32,
-    /// Latest lease length, from the last acquire or renew: what a restart re-arms.
+    /// Latest lease length, from the last acquire or renew: what a re-arm gives.
     pub lease_ms: u64,
-    /// `None` only for a holding rebuilt by replay, until `rearm_after_replay`.
-    pub deadline: Option<Millis>,
-    /// (ticket id, token) of waiters handed this holding, so that a cancel racing the grant can
-    /// learn the token. Dropped with the holding: a waiter whose holding is gone holds nothing.
-    pub tickets: Vec<(u64, u64)>,
+    pub deadline: Millis,
+    /// (wait, token) of the waiters handed this holding, so that a cancel racing the grant
+    /// learns the token. Gone with the holding: a waiter whose holding ended holds nothing.
+    pub grants: Vec<(WaitId, u64)>,
 }
 
 impl Holding {
-    /// Tokens `first_token..=token` all belong to this holding (reentrant grants extend it).
     fn owns(&self, token: u64) -> bool {
         self.first_token <= token && token <= self.token
     }
 
-    fn live_at(&self, now: Millis) -> bool {
-        self.deadline.is_none_or(|d| d > now)
+    pub fn live_at(&self, at: Millis) -> bool {
+        self.deadline > at
     }
 }
 
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Waiter {
-    pub id: u64,
+    pub wait: WaitId,
     pub owner: Option<Bytes>,
     pub lease_ms: u64,
-    pub tx: oneshot::Sender<u64>,
-}
-
-impl Waiter {
-    /// A waiter whose receiver is gone (connection closed, wait abandoned) must never be granted.
-    fn is_live(&self) -> bool {
-        !self.tx.is_closed()
-    }
 }
 
 fn same_owner(a: &Option<Bytes>, b: &Option<Bytes>) -> bool {
@@ -105,15 +96,15 @@ impl LockEntry {
         }
     }
 
-    fn scheduled_at(&self) -> u64 {
+    pub fn scheduled_at(&self) -> u64 {
         self.scheduled & !RECENTLY_USED
     }
 
-    fn set_scheduled(&mut self, at: u64) {
+    pub fn set_scheduled(&mut self, at: u64) {
         self.scheduled = (self.scheduled & RECENTLY_USED) | (at & !RECENTLY_USED);
     }
 
-    /// Marks the entry as used since the last reclamation pass.
+    /// Marks the entry as used since the last idle-name pass.
     pub fn touch(&mut self) {
         self.scheduled |= RECENTLY_USED;
     }
@@ -128,6 +119,10 @@ impl LockEntry {
     /// The name's effective counter: its own, raised to the global floor.
     pub fn counter(&self, floor: u64) -> u64 {
         self.last_token.max(floor)
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.active.is_none()
     }
 
     /// The next token, or `None` once the counter has reached [`MAX_TOKEN`]: a token must fit a
@@ -145,7 +140,7 @@ impl LockEntry {
         self.active.get_or_insert_with(Box::default)
     }
 
-    fn holding(&self) -> Option<&Holding> {
+    pub fn holding(&self) -> Option<&Holding> {
         self.active.as_ref().and_then(|a| a.holding.as_ref())
     }
 
@@ -153,235 +148,206 @@ impl LockEntry {
         self.active.as_mut().and_then(|a| a.holding.as_mut())
     }
 
-    fn set_holding(&mut self, holding: Holding, counters: &Counters) {
+    pub fn waiters(&self) -> impl Iterator<Item = &Waiter> {
+        self.active.iter().flat_map(|a| a.waiters.iter())
+    }
+
+    pub fn waiter_count(&self) -> usize {
+        self.active.as_ref().map_or(0, |a| a.waiters.len())
+    }
+
+    pub fn set_holding(&mut self, holding: Holding, counters: &mut Counters) {
+        self.last_token = self.last_token.max(holding.token);
         if self.active_mut().holding.replace(holding).is_none() {
-            counters.locks_held.fetch_add(1, Relaxed);
+            counters.locks_held += 1;
         }
     }
 
-    fn take_holding(&mut self, counters: &Counters) -> Option<Holding> {
+    pub fn push_waiter(&mut self, waiter: Waiter, counters: &mut Counters) {
+        self.active_mut().waiters.push_back(waiter);
+        counters.waiters += 1;
+    }
+
+    fn take_holding(&mut self, counters: &mut Counters) -> Option<Holding> {
         let taken = self.active.as_mut().and_then(|a| a.holding.take());
         if taken.is_some() {
-            counters.locks_held.fetch_sub(1, Relaxed);
+            counters.locks_held -= 1;
         }
         taken
     }
 
-    fn has_live_waiters(&self) -> bool {
-        self.active
-            .as_ref()
-            .is_some_and(|a| a.waiters.iter().any(Waiter::is_live))
-    }
-
-    /// Expires the holding if its lease ran out at `now`, then hands the lock over. True if it
-    /// expired.
-    pub fn expire_if_due(&mut self, ctx: &Ctx<'_>) -> bool {
-        let due = self.holding().is_some_and(|h| !h.live_at(ctx.now));
+    /// Expires the holding if its lease ran out at the op's time, then hands the lock over.
+    /// True if it expired.
+    pub fn expire_if_due(&mut self, ctx: &mut EntryCtx<'_>) -> bool {
+        let due = self.holding().is_some_and(|h| !h.live_at(ctx.at));
         if due {
-            self.take_holding(ctx.counters);
-            ctx.journal.append(Change::Expire {
-                name: ctx.name.clone(),
-            });
-            ctx.counters.expirations.fetch_add(1, Relaxed);
-            self.handover(ctx);
+            self.expire(ctx);
         }
         due
     }
 
-    pub fn acquire(
-        &mut self,
-        req: AcquireRequest,
-        ctx: &Ctx<'_>,
-        tickets: &AtomicU64,
-    ) -> AcquireOutcome {
+    fn expire(&mut self, ctx: &mut EntryCtx<'_>) {
+        if let Some(holding) = self.take_holding(ctx.counters) {
+            ctx.counters.expirations += 1;
+            ctx.event(Event::Expired {
+                name: ctx.name.clone(),
+                token: holding.token,
+            });
+            self.handover(ctx);
+        }
+    }
+
+    /// FLOCK.ACQUIRE. A lease that ran out is expired first (and the lock handed over). Then: a
+    /// holder's own OWNER gets a reentrant grant (never queued); a free lock with nobody queued
+    /// is granted; otherwise `Busy`, or `Queued` if `wait`.
+    pub fn acquire(&mut self, request: Acquire<'_>, ctx: &mut EntryCtx<'_>) -> AcquireResult {
+        let Acquire {
+            wait_id,
+            owner,
+            lease_ms,
+            wait,
+        } = request;
         self.expire_if_due(ctx);
         // A free lock with queued waiters only exists when the counter ran out, but if it ever
         // does, the queue goes first.
-        if self.holding().is_none() && self.active.as_ref().is_some_and(|a| !a.waiters.is_empty()) {
+        if self.holding().is_none() && self.waiter_count() > 0 {
             self.handover(ctx);
         }
 
         if let Some(holding) = self.holding()
-            && same_owner(&holding.owner, &req.owner)
+            && same_owner(&holding.owner, owner)
         {
-            return match self.grant_reentrant(req.lease_ms, ctx) {
-                Some(token) => {
-                    ctx.counters.grants.fetch_add(1, Relaxed);
-                    AcquireOutcome::Granted(token)
-                }
-                None => AcquireOutcome::Busy,
+            return match self.grant_reentrant(lease_ms, None, ctx) {
+                Some(token) => AcquireResult::Granted(token),
+                None => AcquireResult::Busy,
             };
         }
 
-        if self.holding().is_none() && !self.has_live_waiters() {
-            return match self.grant_new(req.owner, req.lease_ms, ctx) {
-                Some(token) => {
-                    ctx.counters.grants.fetch_add(1, Relaxed);
-                    AcquireOutcome::Granted(token)
-                }
-                None => AcquireOutcome::Busy,
+        if self.holding().is_none() && self.waiter_count() == 0 {
+            return match self.grant_new(owner.clone(), lease_ms, None, ctx) {
+                Some(token) => AcquireResult::Granted(token),
+                None => AcquireResult::Busy,
             };
         }
 
-        if !req.wait {
-            return AcquireOutcome::Busy;
+        if !wait {
+            return AcquireResult::Busy;
         }
-        let id = tickets.fetch_add(1, Relaxed).wrapping_add(1);
-        let (tx, rx) = oneshot::channel();
-        self.active_mut().waiters.push_back(Waiter {
-            id,
-            owner: req.owner,
-            lease_ms: req.lease_ms,
-            tx,
-        });
-        ctx.counters.waiters.fetch_add(1, Relaxed);
-        AcquireOutcome::Queued {
-            ticket: WaitTicket { id },
-            grant: rx,
-        }
+        let waiter = Waiter {
+            wait: wait_id,
+            owner: owner.clone(),
+            lease_ms,
+        };
+        self.push_waiter(waiter, ctx.counters);
+        AcquireResult::Queued(wait_id)
     }
 
     /// Starts a new holding on a free lock. `None` if the counter is exhausted.
-    fn grant_new(&mut self, owner: Option<Bytes>, lease_ms: u64, ctx: &Ctx<'_>) -> Option<u64> {
+    fn grant_new(
+        &mut self,
+        owner: Option<Bytes>,
+        lease_ms: u64,
+        wait: Option<WaitId>,
+        ctx: &mut EntryCtx<'_>,
+    ) -> Option<u64> {
         let token = self.issue(ctx.floor)?;
-        ctx.counters.tokens_issued.fetch_add(1, Relaxed);
-        ctx.journal.append(Change::Grant {
-            name: ctx.name.clone(),
-            token,
-            first_token: token,
-            holds: 1,
-            owner: owner.clone(),
-            lease_ms,
-        });
+        ctx.counters.tokens_issued += 1;
+        ctx.counters.grants += 1;
         let holding = Holding {
             owner,
             first_token: token,
             token,
             holds: 1,
             lease_ms,
-            deadline: Some(ctx.now.plus(lease_ms)),
-            tickets: Vec::new(),
+            deadline: ctx.at.plus(lease_ms),
+            grants: wait.map(|w| (w, token)).into_iter().collect(),
         };
         self.set_holding(holding, ctx.counters);
+        ctx.event(Event::Granted {
+            name: ctx.name.clone(),
+            token,
+            wait,
+        });
         Some(token)
     }
 
     /// Adds a hold to the current holding with a new token and a fresh lease. `None` if there is
     /// no holding, the counter is exhausted or the hold count would overflow.
-    fn grant_reentrant(&mut self, lease_ms: u64, ctx: &Ctx<'_>) -> Option<u64> {
+    fn grant_reentrant(
+        &mut self,
+        lease_ms: u64,
+        wait: Option<WaitId>,
+        ctx: &mut EntryCtx<'_>,
+    ) -> Option<u64> {
         if self.holding()?.holds == u32::MAX {
             return None;
         }
         let token = self.issue(ctx.floor)?;
-        ctx.counters.tokens_issued.fetch_add(1, Relaxed);
+        ctx.counters.tokens_issued += 1;
+        ctx.counters.grants += 1;
         let holding = self.holding_mut()?;
         holding.holds += 1;
         holding.token = token;
         holding.lease_ms = lease_ms;
-        holding.deadline = Some(ctx.now.plus(lease_ms));
-        ctx.journal.append(Change::Grant {
+        holding.deadline = ctx.at.plus(lease_ms);
+        if let Some(w) = wait {
+            holding.grants.push((w, token));
+        }
+        ctx.event(Event::Granted {
             name: ctx.name.clone(),
             token,
-            first_token: holding.first_token,
-            holds: holding.holds,
-            owner: holding.owner.clone(),
-            lease_ms,
+            wait,
         });
         Some(token)
     }
 
-    /// Hands a free lock to the first live waiter, then at once to every later live waiter with
-    /// the same owner (reentrantly, in queue order). Waiters whose receiver is gone are dropped.
-    fn handover(&mut self, ctx: &Ctx<'_>) {
+    /// Hands a free lock to the first waiter, then at once to every later waiter with the same
+    /// owner (reentrantly, in queue order).
+    fn handover(&mut self, ctx: &mut EntryCtx<'_>) {
         if self.holding().is_some() {
             return;
         }
-        loop {
-            let Some(active) = self.active.as_mut() else {
-                return;
-            };
-            let Some(waiter) = active.waiters.pop_front() else {
-                return;
-            };
-            ctx.counters.waiters.fetch_sub(1, Relaxed);
-            if !waiter.is_live() {
-                continue;
-            }
-            let Some(token) = self.grant_new(waiter.owner.clone(), waiter.lease_ms, ctx) else {
-                // Counter exhausted: nobody can be granted; the waiters wait out their deadlines.
-                self.active_mut().waiters.push_front(waiter);
-                ctx.counters.waiters.fetch_add(1, Relaxed);
-                return;
-            };
-            if waiter.tx.send(token).is_err() {
-                // The receiver went away between the check and the send: undo the grant.
-                self.take_holding(ctx.counters);
-                ctx.journal.append(Change::Release {
-                    name: ctx.name.clone(),
-                    holds_left: 0,
-                });
-                ctx.counters.releases.fetch_add(1, Relaxed);
-                continue;
-            }
-            ctx.counters.grants.fetch_add(1, Relaxed);
-            if let Some(holding) = self.holding_mut() {
-                holding.tickets.push((waiter.id, token));
-            }
-            self.grant_same_owner_waiters(ctx);
-            return;
-        }
-    }
-
-    fn grant_same_owner_waiters(&mut self, ctx: &Ctx<'_>) {
-        let Some(owner) = self.holding().and_then(|h| h.owner.clone()) else {
+        let Some(waiter) = self.active.as_mut().and_then(|a| a.waiters.pop_front()) else {
             return;
         };
+        ctx.counters.waiters -= 1;
+        if self
+            .grant_new(
+                waiter.owner.clone(),
+                waiter.lease_ms,
+                Some(waiter.wait),
+                ctx,
+            )
+            .is_none()
+        {
+            // Counter exhausted: nobody can be granted; the waiters wait out their deadlines.
+            self.active_mut().waiters.push_front(waiter);
+            ctx.counters.waiters += 1;
+            return;
+        }
+        let Some(owner) = waiter.owner else { return };
         let mut index = 0;
-        loop {
-            let Some(active) = self.active.as_mut() else {
-                return;
-            };
-            let Some(waiter) = active.waiters.get(index) else {
-                return;
-            };
-            let wanted = waiter.is_live() && waiter.owner.as_ref() == Some(&owner);
-            if !wanted {
+        while let Some(next) = self.active.as_ref().and_then(|a| a.waiters.get(index)) {
+            if next.owner.as_ref() != Some(&owner) {
                 index += 1;
                 continue;
             }
-            let lease_ms = waiter.lease_ms;
-            let Some(token) = self.grant_reentrant(lease_ms, ctx) else {
+            let (lease_ms, wait) = (next.lease_ms, next.wait);
+            if self.grant_reentrant(lease_ms, Some(wait), ctx).is_none() {
                 return;
-            };
-            let Some(waiter) = self.active.as_mut().and_then(|a| a.waiters.remove(index)) else {
-                return;
-            };
-            ctx.counters.waiters.fetch_sub(1, Relaxed);
-            if waiter.tx.send(token).is_err() {
-                // Receiver gone in a race: take the hold back (the holding itself stays).
-                if let Some(holding) = self.holding_mut() {
-                    holding.holds = holding.holds.saturating_sub(1);
-                    let holds_left = holding.holds;
-                    ctx.journal.append(Change::Release {
-                        name: ctx.name.clone(),
-                        holds_left,
-                    });
-                }
-                ctx.counters.releases.fetch_add(1, Relaxed);
-                continue;
             }
-            ctx.counters.grants.fetch_add(1, Relaxed);
-            if let Some(holding) = self.holding_mut() {
-                holding.tickets.push((waiter.id, token));
+            if let Some(active) = self.active.as_mut() {
+                active.waiters.remove(index);
             }
+            ctx.counters.waiters -= 1;
         }
     }
 
-    fn check_owner(&self, token: u64, ctx: &Ctx<'_>) -> Result<(), LockError> {
+    fn check_owner(&self, token: u64, ctx: &mut EntryCtx<'_>) -> Result<(), LockError> {
         if self.holding().is_some_and(|h| h.owns(token)) {
             Ok(())
         } else {
-            ctx.counters.notowner_rejections.fetch_add(1, Relaxed);
+            ctx.counters.notowner_rejections += 1;
             Err(LockError::NotOwner {
                 name: ctx.name.clone(),
                 token,
@@ -389,183 +355,156 @@ impl LockEntry {
         }
     }
 
-    pub fn renew(&mut self, token: u64, lease_ms: u64, ctx: &Ctx<'_>) -> Result<(), LockError> {
+    pub fn renew(
+        &mut self,
+        token: u64,
+        lease_ms: u64,
+        ctx: &mut EntryCtx<'_>,
+    ) -> Result<(), LockError> {
         self.expire_if_due(ctx);
         self.check_owner(token, ctx)?;
+        let at = ctx.at;
         if let Some(holding) = self.holding_mut() {
             holding.lease_ms = lease_ms;
-            holding.deadline = Some(ctx.now.plus(lease_ms));
-            ctx.journal.append(Change::Renew {
+            holding.deadline = at.plus(lease_ms);
+            let token = holding.token;
+            ctx.event(Event::Renewed {
                 name: ctx.name.clone(),
-                lease_ms,
+                token,
             });
         }
         Ok(())
     }
 
-    pub fn release(&mut self, token: u64, ctx: &Ctx<'_>) -> Result<bool, LockError> {
+    pub fn release(&mut self, token: u64, ctx: &mut EntryCtx<'_>) -> Result<bool, LockError> {
         self.expire_if_due(ctx);
         self.check_owner(token, ctx)?;
-        ctx.counters.releases.fetch_add(1, Relaxed);
-        let holds_left = match self.holding_mut() {
-            Some(holding) => {
-                holding.holds = holding.holds.saturating_sub(1);
-                holding.holds
-            }
-            None => 0,
-        };
-        if holds_left > 0 {
-            ctx.journal.append(Change::Release {
-                name: ctx.name.clone(),
-                holds_left,
-            });
-            return Ok(false);
-        }
-        self.take_holding(ctx.counters);
-        ctx.journal.append(Change::Release {
-            name: ctx.name.clone(),
-            holds_left: 0,
-        });
-        self.handover(ctx);
-        Ok(true)
+        Ok(self.release_one_hold(ctx))
     }
 
-    pub fn force_release(&mut self, ctx: &Ctx<'_>) -> bool {
-        self.expire_if_due(ctx);
-        if self.take_holding(ctx.counters).is_none() {
-            return false;
+    /// Removes one hold of the current holding; true if the lock is free now.
+    fn release_one_hold(&mut self, ctx: &mut EntryCtx<'_>) -> bool {
+        ctx.counters.releases += 1;
+        let Some(holding) = self.holding_mut() else {
+            return true;
+        };
+        holding.holds = holding.holds.saturating_sub(1);
+        let (holds_left, latest) = (holding.holds, holding.token);
+        let free = holds_left == 0;
+        if free {
+            self.take_holding(ctx.counters);
         }
-        ctx.journal.append(Change::ForceRelease {
+        ctx.event(Event::Released {
             name: ctx.name.clone(),
+            token: latest,
+            free,
         });
-        ctx.counters.force_releases.fetch_add(1, Relaxed);
+        if free {
+            self.handover(ctx);
+        }
+        free
+    }
+
+    pub fn force_release(&mut self, ctx: &mut EntryCtx<'_>) -> bool {
+        self.expire_if_due(ctx);
+        let Some(holding) = self.take_holding(ctx.counters) else {
+            return false;
+        };
+        ctx.counters.force_releases += 1;
+        ctx.event(Event::ForceReleased {
+            name: ctx.name.clone(),
+            token: holding.token,
+        });
         self.handover(ctx);
         true
     }
 
-    /// See [`super::LockTable::cancel_wait`].
-    pub fn cancel(&mut self, ticket: WaitTicket, counters: &Counters) -> CancelOutcome {
-        let Some(active) = self.active.as_mut() else {
-            return CancelOutcome::Removed;
-        };
-        if let Some(index) = active.waiters.iter().position(|w| w.id == ticket.id) {
-            active.waiters.remove(index);
-            counters.waiters.fetch_sub(1, Relaxed);
-            return CancelOutcome::Removed;
-        }
-        if let Some(holding) = active.holding.as_mut()
-            && let Some(index) = holding.tickets.iter().position(|&(id, _)| id == ticket.id)
+    pub fn cancel_wait(
+        &mut self,
+        wait: WaitId,
+        release_if_granted: bool,
+        ctx: &mut EntryCtx<'_>,
+    ) -> CancelResult {
+        self.expire_if_due(ctx);
+        if let Some(active) = self.active.as_mut()
+            && let Some(index) = active.waiters.iter().position(|w| w.wait == wait)
         {
-            let (_, token) = holding.tickets.swap_remove(index);
-            return CancelOutcome::AlreadyGranted(token);
+            active.waiters.remove(index);
+            ctx.counters.waiters -= 1;
+            ctx.event(Event::WaitEnded {
+                name: ctx.name.clone(),
+                wait,
+            });
+            return CancelResult::Removed;
         }
-        CancelOutcome::Removed
+        let Some(holding) = self.holding_mut() else {
+            return CancelResult::Removed;
+        };
+        let Some(index) = holding.grants.iter().position(|&(w, _)| w == wait) else {
+            return CancelResult::Removed;
+        };
+        let (_, token) = holding.grants.swap_remove(index);
+        if release_if_granted {
+            self.release_one_hold(ctx);
+        }
+        CancelResult::AlreadyGranted(token)
     }
 
-    pub fn advance(&mut self, token: u64, ctx: &Ctx<'_>) -> u64 {
-        let token = token.min(MAX_TOKEN);
-        if token > self.counter(ctx.floor) {
-            self.last_token = token;
-            ctx.journal.append(Change::Advance {
+    /// Expires the holding `first_token` names if its deadline is not after the op's time.
+    pub fn expire_holding(&mut self, first_token: u64, ctx: &mut EntryCtx<'_>) -> bool {
+        let due = self
+            .holding()
+            .is_some_and(|h| h.first_token == first_token && !h.live_at(ctx.at));
+        if due {
+            self.expire(ctx);
+        }
+        due
+    }
+
+    /// Every waiter is dropped; a holding whose lease had run out by the op's time expires (it
+    /// was not live when the previous run stopped), any other gets the op's time plus its latest
+    /// lease plus `extra_ms`. Returns (holdings re-armed, waiters dropped).
+    pub fn rearm(&mut self, extra_ms: u64, ctx: &mut EntryCtx<'_>) -> (usize, usize) {
+        let Some(active) = self.active.as_mut() else {
+            return (0, 0);
+        };
+        let dropped = active.waiters.len();
+        for waiter in active.waiters.drain(..) {
+            ctx.events.push(Event::WaitEnded {
                 name: ctx.name.clone(),
-                token,
+                wait: waiter.wait,
             });
         }
-        self.counter(ctx.floor)
-    }
-
-    /// A read: a lease past its deadline is reported free although the expiry has not run yet.
-    pub fn status(&self, now: Millis, floor: u64) -> LockStatus {
-        let holding = self.holding().filter(|h| h.live_at(now));
-        let waiters = self
-            .active
-            .as_ref()
-            .map_or(0, |a| a.waiters.iter().filter(|w| w.is_live()).count());
-        LockStatus {
-            locked: holding.is_some(),
-            token: holding.map(|h| h.token),
-            owner: holding.and_then(|h| h.owner.clone()),
-            ttl_ms: holding.map_or(-2, |h| ttl_of(h, now)),
-            holds: holding.map_or(0, |h| h.holds),
-            waiters,
-            last_token: self.counter(floor),
+        ctx.counters.waiters -= dropped as u64;
+        if self.expire_if_due(ctx) {
+            return (0, dropped);
         }
+        let Some(holding) = self.holding_mut() else {
+            return (0, dropped);
+        };
+        holding.deadline = ctx.at.plus(holding.lease_ms).plus(extra_ms);
+        holding.grants.clear();
+        (1, dropped)
     }
 
-    pub fn ttl(&self, now: Millis) -> i64 {
-        self.holding()
-            .filter(|h| h.live_at(now))
-            .map_or(-2, |h| ttl_of(h, now))
+    /// Raises the counter to at least `token` (capped at [`MAX_TOKEN`]); never lowers it.
+    pub fn advance(&mut self, token: u64, floor: u64) -> u64 {
+        self.last_token = self.counter(floor).max(token.min(MAX_TOKEN));
+        self.last_token
     }
 
-    /// Replays one record (see [`crate::Change`]): no journal, no clock, no handover.
-    pub fn apply(&mut self, change: &Change, counters: &Counters) {
-        match change {
-            Change::Grant {
-                token,
-                first_token,
-                holds,
-                owner,
-                lease_ms,
-                ..
-            } => {
-                self.last_token = self.last_token.max(*token);
-                let holding = Holding {
-                    owner: owner.clone(),
-                    first_token: *first_token,
-                    token: *token,
-                    holds: *holds,
-                    lease_ms: *lease_ms,
-                    deadline: None,
-                    tickets: Vec::new(),
-                };
-                self.set_holding(holding, counters);
-            }
-            Change::Renew { lease_ms, .. } => {
-                if let Some(holding) = self.holding_mut() {
-                    holding.lease_ms = *lease_ms;
-                }
-            }
-            Change::Release { holds_left, .. } => {
-                if *holds_left == 0 {
-                    self.take_holding(counters);
-                } else if let Some(holding) = self.holding_mut() {
-                    holding.holds = *holds_left;
-                }
-            }
-            Change::Expire { .. } | Change::ForceRelease { .. } => {
-                self.take_holding(counters);
-            }
-            Change::Advance { token, .. } => self.last_token = self.last_token.max(*token),
-            Change::FenceSet { .. } | Change::Floor { .. } => {}
-        }
-    }
-
-    /// After replay: every holding gets a full lease from `now` (a restart never shortens one).
-    pub fn rearm(&mut self, now: Millis) {
-        if let Some(holding) = self.holding_mut() {
-            holding.deadline = Some(now.plus(holding.lease_ms));
-        }
-    }
-
-    /// Called when the heap popped an item of this name at `at`: that item is no longer there.
-    pub fn heap_popped(&mut self, at: Millis) {
-        if self.scheduled_at() == at.0 {
-            self.set_scheduled(0);
-        }
-    }
-
-    /// The deadline to push onto the heap, if the holding's deadline is earlier than anything
-    /// the heap is known to hold for this name. Marks it scheduled: the caller must push it.
-    pub fn take_schedule(&mut self) -> Option<Millis> {
-        let deadline = self.holding()?.deadline?;
+    /// The deadline to push onto the index, if the holding's deadline is earlier than anything
+    /// the index is known to hold for this name. Marks it scheduled: the caller must push it.
+    pub fn take_schedule(&mut self) -> Option<(Millis, u64)> {
+        let holding = self.holding()?;
+        let (deadline, first_token) = (holding.deadline, holding.first_token);
         // (A deadline of 0 cannot be marked; it is simply pushed each time.)
         let scheduled = self.scheduled_at();
         if scheduled != 0 && scheduled <= deadline.0 {
             return None;
         }
         self.set_scheduled(deadline.0);
-        Some(deadline)
+        Some((deadline, first_token))
     }
 
     /// Drops the boxed part once the lock is free with nobody waiting.
@@ -578,38 +517,4 @@ impl LockEntry {
             self.active = None;
         }
     }
-
-    /// Records that rebuild this entry: the holding, and the counter if it is beyond what the
-    /// holding (or the floor) implies.
-    pub fn snapshot(&self, name: &Bytes, floor: u64, emit: &mut dyn FnMut(Change)) {
-        let implied = match self.holding() {
-            Some(h) => {
-                emit(Change::Grant {
-                    name: name.clone(),
-                    token: h.token,
-                    first_token: h.first_token,
-                    holds: h.holds,
-                    owner: h.owner.clone(),
-                    lease_ms: h.lease_ms,
-                });
-                h.token.max(floor)
-            }
-            None => floor,
-        };
-        if self.last_token > implied {
-            emit(Change::Advance {
-                name: name.clone(),
-                token: self.last_token,
-            });
-        }
-    }
-}
-
-fn ttl_of(holding: &Holding, now: Millis) -> i64 {
-    let left = match holding.deadline {
-        Some(deadline) => now.until(deadline),
-        // Replayed but not yet re-armed: it will get its full lease.
-        None => holding.lease_ms,
-    };
-    i64::try_from(left).unwrap_or(i64::MAX)
 }

@@ -1,68 +1,31 @@
-//! The lock table: per-name token counters, the current holding with its lease, and the FIFO
-//! queue of waiters.
+//! The lock table: per-name token counters, the current holding with its lease, the FIFO queue
+//! of waiters, and the index of lease deadlines the server's expiry task reads.
 //!
-//! The rules live in `entry` (one name, under its dashmap guard); `expiry` keeps the lease
-//! deadline heap; this module finds entries, runs an operation under the entry's guard,
-//! schedules the deadline it leaves behind and wakes the expiry task when needed.
+//! The rules live in `entry` (one name); this module finds entries, runs an op on one, keeps
+//! the deadline index and the counters for INFO. Every method that changes state is called by
+//! [`crate::StateMachine::apply`] (or by restore), in log order.
 
 mod entry;
-mod expiry;
-mod name;
-mod stats;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use bytes::Bytes;
-use dashmap::DashMap;
-use dashmap::mapref::one::RefMut;
-use tokio::sync::oneshot;
 
-use crate::{Change, Journal, LockError, MAX_TOKEN, Millis};
-use entry::{Ctx, LockEntry};
-use expiry::Deadlines;
-use name::Name;
-use stats::Counters;
+use crate::item::SnapshotItem;
+use crate::shards::Shards;
+use crate::{Event, HoldingRef, MAX_TOKEN, Millis, WaitId};
+use entry::{EntryCtx, Holding, LockEntry, Waiter};
 
-/// What FLOCK.ACQUIRE asks for, already validated by the server (lease 1..=max, names non-empty).
-#[derive(Clone, Debug)]
-pub struct AcquireRequest {
-    pub name: Bytes,
+/// What an acquire asks for (see [`crate::Op::Acquire`]).
+pub(crate) struct Acquire<'a> {
+    /// The wait's id, should it queue.
+    pub wait_id: WaitId,
+    pub owner: &'a Option<Bytes>,
     pub lease_ms: u64,
-    pub owner: Option<Bytes>,
-    /// Queue if the lock is held (WAIT > 0). The deadline of the wait is the caller's business:
-    /// it calls [`LockTable::cancel_wait`] when it gives up.
     pub wait: bool,
-}
-
-/// Identifies one queued waiter, to cancel it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WaitTicket {
-    pub id: u64,
-}
-
-#[derive(Debug)]
-pub enum AcquireOutcome {
-    /// Granted now (first or reentrant acquire): the token.
-    Granted(u64),
-    /// Held by someone else and the request did not ask to wait.
-    Busy,
-    /// Queued. The receiver gets the token the moment the lock is handed to this waiter.
-    Queued {
-        ticket: WaitTicket,
-        grant: oneshot::Receiver<u64>,
-    },
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub enum CancelOutcome {
-    /// The waiter was still queued and is gone now.
-    Removed,
-    /// The lock had already been handed to this waiter with this token (the grant raced the
-    /// cancel). The caller either uses the grant or releases it.
-    AlreadyGranted(u64),
 }
 
 /// Everything FLOCK.STATUS reports.
@@ -94,406 +57,581 @@ pub struct LockStats {
     pub notowner_rejections: u64,
 }
 
-/// All locks. Every method takes the current time from the caller and hands each state change
-/// to the journal while the changed name is still locked.
-///
-/// A name's entry is never forgotten once created (its counter must never go back); an idle
-/// name costs its key, a counter and a null pointer.
+/// Two gauges (kept exact by every change) and event counts since the start or the last reset.
+/// Not part of the replicated state: a replica that replayed more history counts more.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Counters {
+    pub locks_held: u64,
+    pub waiters: u64,
+    pub tokens_issued: u64,
+    pub grants: u64,
+    pub releases: u64,
+    pub expirations: u64,
+    pub force_releases: u64,
+    pub notowner_rejections: u64,
+}
+
 #[derive(Default)]
-pub struct LockTable {
-    /// Keyed by [`Name`] rather than `Bytes`: short names need no allocation of their own, and
-    /// no shared-buffer header appears once a record clones the name (idle names are most of
-    /// the table).
-    entries: DashMap<Name, LockEntry, foldhash::fast::RandomState>,
-    deadlines: Deadlines,
-    counters: Counters,
-    /// Every name's counter is at least this (see [`Change::Floor`]).
-    floor: AtomicU64,
-    next_ticket: AtomicU64,
+pub(crate) struct LockTable {
+    /// Keyed by name; copy-on-write shards so a snapshot costs a copy of 256 pointers.
+    entries: Shards<LockEntry>,
+    /// Lease deadlines: (deadline, name, the holding's first token). Items may be stale
+    /// (renewed, released, another holding since); whoever pops one checks the entry. Derived
+    /// from the entries, so not part of any snapshot.
+    deadlines: BinaryHeap<Reverse<(Millis, Bytes, u64)>>,
+    /// Set when a push made the earliest deadline earlier: the expiry task must wake.
+    deadline_moved_earlier: bool,
+    pub counters: Counters,
+    /// Every name's counter is at least this (raised when idle names are forgotten).
+    pub floor: u64,
 }
 
 impl LockTable {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Called with the new earliest lease deadline whenever a grant or renewal schedules a
-    /// deadline earlier than every one already scheduled, so the server's expiry task can wake.
-    /// The hook is called while no lock of the table is held; it must be cheap (e.g.
-    /// `Notify::notify_one`).
-    pub fn set_deadline_hook(&self, hook: Box<dyn Fn(Millis) + Send + Sync>) {
-        self.deadlines.set_hook(Arc::from(hook));
-    }
-
-    fn floor(&self) -> u64 {
-        self.floor.load(Relaxed)
-    }
-
-    /// The global floor: every name's counter is at least this (raised when idle names are
-    /// forgotten, and by [`Self::bump_all`]).
-    pub fn token_floor(&self) -> u64 {
-        self.floor()
-    }
-
-    /// Runs `op` on a locked entry, then schedules the deadline it leaves, shrinks the entry if
-    /// idle, unlocks it and only then wakes the expiry task.
-    fn run<R>(
-        &self,
-        mut guard: RefMut<'_, Name, LockEntry>,
-        now: Millis,
-        journal: &dyn Journal,
-        op: impl FnOnce(&mut LockEntry, &Ctx<'_>) -> R,
-    ) -> R {
-        let name = Bytes::copy_from_slice(guard.key().as_bytes());
-        guard.touch();
-        let ctx = Ctx {
-            name: &name,
-            now,
-            journal,
-            counters: &self.counters,
-            floor: self.floor(),
+    /// Runs `op` on the entry of `name` (created if `create`), then schedules the deadline it
+    /// leaves and shrinks the entry if idle. `None` if there is no entry and `create` is false.
+    fn with_entry<R>(
+        &mut self,
+        name: &Bytes,
+        at: Millis,
+        create: bool,
+        events: &mut Vec<Event>,
+        op: impl FnOnce(&mut LockEntry, &mut EntryCtx<'_>) -> R,
+    ) -> Option<R> {
+        let floor = self.floor;
+        let entry = if create {
+            self.entries
+                .get_or_insert_with(name, || LockEntry::new(floor))
+        } else {
+            self.entries.get_mut(name)?
         };
-        let result = op(guard.value_mut(), &ctx);
-        let wake = self.settle(guard.value_mut(), &name);
-        drop(guard);
-        if let Some(at) = wake {
-            self.deadlines.notify(at);
-        }
-        result
-    }
-
-    /// Pushes the entry's deadline if the heap does not cover it yet, and shrinks it if idle.
-    /// Returns the deadline if it is the new earliest one. Called under the entry guard.
-    fn settle(&self, entry: &mut LockEntry, name: &Bytes) -> Option<Millis> {
+        entry.touch();
+        let mut ctx = EntryCtx {
+            name,
+            at,
+            floor,
+            counters: &mut self.counters,
+            events,
+        };
+        let result = op(entry, &mut ctx);
         let push = entry.take_schedule();
         entry.tidy();
-        push.filter(|&at| self.deadlines.push(at, name.clone()))
+        if let Some((deadline, first_token)) = push {
+            self.push_deadline(deadline, name.clone(), first_token);
+        }
+        Some(result)
     }
 
-    /// FLOCK.ACQUIRE. A lease that ran out is expired first (and the lock handed over, as the
-    /// expiry task would have). Then: a free lock with nobody queued is granted; a holder's own
-    /// OWNER gets a reentrant grant (never queued); otherwise `Busy`, or `Queued` if
-    /// `req.wait`. Each grant issues the name's counter + 1.
-    ///
-    /// A name whose counter has reached [`MAX_TOKEN`] can never be granted again (a token may
-    /// not exceed it or repeat): such an acquire is `Busy` (or queues and waits out its
-    /// deadline). So is a reentrant acquire that would push the hold count past `u32::MAX`.
+    fn push_deadline(&mut self, at: Millis, name: Bytes, first_token: u64) {
+        let earliest = self
+            .deadlines
+            .peek()
+            .is_none_or(|Reverse((first, _, _))| at < *first);
+        self.deadline_moved_earlier |= earliest;
+        self.deadlines.push(Reverse((at, name, first_token)));
+    }
+
     pub fn acquire(
-        &self,
-        req: AcquireRequest,
-        now: Millis,
-        journal: &dyn Journal,
-    ) -> AcquireOutcome {
-        let floor = self.floor();
-        // One lookup: a short name's key is built without an allocation.
-        let guard = self
-            .entries
-            .entry(Name::from(&req.name[..]))
-            .or_insert_with(|| LockEntry::new(floor));
-        self.run(guard, now, journal, |entry, ctx| {
-            entry.acquire(req, ctx, &self.next_ticket)
+        &mut self,
+        name: &Bytes,
+        request: Acquire<'_>,
+        at: Millis,
+        events: &mut Vec<Event>,
+    ) -> crate::AcquireResult {
+        self.with_entry(name, at, true, events, |entry, ctx| {
+            entry.acquire(request, ctx)
         })
+        .expect("created")
     }
 
-    /// Removes a queued waiter (its wait timed out or its connection closed).
-    ///
-    /// - [`CancelOutcome::Removed`]: the waiter is not queued any more and holds nothing: it
-    ///   will never be granted. Reply null (or nothing, if the connection is gone). This is also
-    ///   the answer for an unknown name or ticket, and for a waiter that was granted the lock
-    ///   but whose holding has already ended (expired, force-released).
-    /// - [`CancelOutcome::AlreadyGranted`]`(token)`: the lock was handed to this waiter before
-    ///   the cancel (a race the caller cannot avoid) and that holding is still current. A
-    ///   caller whose client is still there replies the token as if the grant had won; a
-    ///   caller whose connection is gone must `release(name, token, ..)` so that a closed
-    ///   connection never keeps a lock. Each ticket reports `AlreadyGranted` at most once.
-    ///
-    /// Decided entirely under the entry's lock, so there is no window in which the answer could
-    /// be wrong; the caller does not need to look at its receiver at all.
-    pub fn cancel_wait(&self, name: &[u8], ticket: WaitTicket) -> CancelOutcome {
-        let Some(mut guard) = self.entries.get_mut(name) else {
-            return CancelOutcome::Removed;
-        };
-        let outcome = guard.cancel(ticket, &self.counters);
-        guard.tidy();
-        outcome
+    fn not_owner(&mut self, name: &Bytes, token: u64) -> crate::LockError {
+        self.counters.notowner_rejections += 1;
+        crate::LockError::NotOwner {
+            name: name.clone(),
+            token,
+        }
     }
 
-    /// Resets the lease of the holding `token` belongs to. Lazily expires a lease that ran out.
     pub fn renew(
-        &self,
-        name: &[u8],
+        &mut self,
+        name: &Bytes,
         token: u64,
         lease_ms: u64,
-        now: Millis,
-        journal: &dyn Journal,
-    ) -> Result<(), LockError> {
-        let Some(guard) = self.entries.get_mut(name) else {
-            self.counters.notowner_rejections.fetch_add(1, Relaxed);
-            return Err(LockError::NotOwner {
-                name: Bytes::copy_from_slice(name),
-                token,
-            });
-        };
-        self.run(guard, now, journal, |entry, ctx| {
+        at: Millis,
+        events: &mut Vec<Event>,
+    ) -> Result<(), crate::LockError> {
+        self.with_entry(name, at, false, events, |entry, ctx| {
             entry.renew(token, lease_ms, ctx)
         })
+        .unwrap_or_else(|| Err(self.not_owner(name, token)))
     }
 
-    /// Ok(true) when the lock is free now, Ok(false) when a reentrant holding remains.
     pub fn release(
-        &self,
-        name: &[u8],
+        &mut self,
+        name: &Bytes,
         token: u64,
-        now: Millis,
-        journal: &dyn Journal,
-    ) -> Result<bool, LockError> {
-        let Some(guard) = self.entries.get_mut(name) else {
-            self.counters.notowner_rejections.fetch_add(1, Relaxed);
-            return Err(LockError::NotOwner {
-                name: Bytes::copy_from_slice(name),
-                token,
-            });
-        };
-        self.run(guard, now, journal, |entry, ctx| entry.release(token, ctx))
+        at: Millis,
+        events: &mut Vec<Event>,
+    ) -> Result<bool, crate::LockError> {
+        self.with_entry(name, at, false, events, |entry, ctx| {
+            entry.release(token, ctx)
+        })
+        .unwrap_or_else(|| Err(self.not_owner(name, token)))
     }
 
-    /// A read: never journals or changes anything. A lease past its deadline is reported free
-    /// even if the expiry task has not processed it yet.
+    pub fn force_release(&mut self, name: &Bytes, at: Millis, events: &mut Vec<Event>) -> bool {
+        self.with_entry(name, at, false, events, |entry, ctx| {
+            entry.force_release(ctx)
+        })
+        .unwrap_or(false)
+    }
+
+    pub fn cancel_wait(
+        &mut self,
+        name: &Bytes,
+        wait: WaitId,
+        release_if_granted: bool,
+        at: Millis,
+        events: &mut Vec<Event>,
+    ) -> crate::CancelResult {
+        self.with_entry(name, at, false, events, |entry, ctx| {
+            entry.cancel_wait(wait, release_if_granted, ctx)
+        })
+        .unwrap_or(crate::CancelResult::Removed)
+    }
+
+    /// Raises the counter to at least `token` (capped at [`MAX_TOKEN`]); never lowers it.
+    /// Returns the counter.
+    pub fn advance(&mut self, name: &Bytes, token: u64, events: &mut Vec<Event>) -> u64 {
+        let floor = self.floor;
+        // Creating an entry only to change nothing would waste memory.
+        let create = token.min(MAX_TOKEN) > floor;
+        self.with_entry(name, Millis::default(), create, events, |entry, _| {
+            entry.advance(token, floor)
+        })
+        .unwrap_or(floor)
+    }
+
+    pub fn expire(&mut self, lease: &HoldingRef, at: Millis, events: &mut Vec<Event>) -> bool {
+        self.with_entry(&lease.name, at, false, events, |entry, ctx| {
+            entry.expire_holding(lease.first_token, ctx)
+        })
+        .unwrap_or(false)
+    }
+
+    /// See [`crate::Op::Rearm`].
+    pub fn rearm(&mut self, extra_ms: u64, at: Millis, events: &mut Vec<Event>) -> (usize, usize) {
+        let mut names: Vec<Bytes> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| !e.is_idle())
+            .map(|(name, _)| Bytes::copy_from_slice(name.as_bytes()))
+            .collect();
+        // In name order, not the table's: the events must come out the same on every machine.
+        names.sort_unstable();
+        let (mut holdings, mut waiters) = (0, 0);
+        for name in names {
+            if let Some((h, w)) = self.with_entry(&name, at, false, events, |entry, ctx| {
+                // A re-arm sets every deadline later, so the index item of the old deadline is
+                // stale: let the new one be pushed.
+                entry.set_scheduled(0);
+                entry.rearm(extra_ms, ctx)
+            }) {
+                holdings += h;
+                waiters += w;
+            }
+        }
+        (holdings, waiters)
+    }
+
+    /// See [`crate::Op::Forget`].
+    pub fn forget(&mut self, names: &[Bytes]) -> usize {
+        let mut forgotten = 0;
+        let floor = self.floor;
+        for name in names {
+            // A name whose counter reached the cap is kept: raising the floor to the cap would
+            // make every name ungrantable.
+            let forgettable = self
+                .entries
+                .get(name)
+                .is_some_and(|e| e.is_idle() && e.last_token < MAX_TOKEN);
+            if forgettable && let Some(entry) = self.entries.remove(name) {
+                // An entry at or below the floor the op started with is the same as none (a
+                // snapshot leaves it out): it is removed, but not counted, so every machine
+                // counts alike.
+                if entry.last_token > floor {
+                    forgotten += 1;
+                }
+                self.floor = self.floor.max(entry.last_token);
+            }
+        }
+        forgotten
+    }
+
+    /// See [`crate::Op::BumpAll`].
+    pub fn bump_all(&mut self, by: u64) -> usize {
+        let floor = self.floor;
+        let new_floor = floor.saturating_add(by).min(MAX_TOKEN);
+        let mut bumped = 0;
+        for shard in self.entries.shards_mut() {
+            for entry in shard.values_mut() {
+                // Entries a snapshot leaves out (idle, at or below the floor) are not counted.
+                if !entry.is_idle() || entry.last_token > floor {
+                    bumped += 1;
+                }
+                let token = entry.counter(floor).saturating_add(by).min(MAX_TOKEN);
+                entry.last_token = entry.last_token.max(token);
+            }
+        }
+        self.floor = new_floor;
+        bumped
+    }
+
+    // ------------------------------------------------------------------------- reads
+
+    /// A lease past its deadline is reported free although its expiry has not been applied.
     pub fn status(&self, name: &[u8], now: Millis) -> LockStatus {
-        match self.entries.get(name) {
-            Some(entry) => entry.status(now, self.floor()),
-            None => LockStatus {
+        let Some(entry) = self.entries.get(name) else {
+            return LockStatus {
                 locked: false,
                 token: None,
                 owner: None,
                 ttl_ms: -2,
                 holds: 0,
                 waiters: 0,
-                last_token: self.floor(),
-            },
+                last_token: self.floor,
+            };
+        };
+        let holding = entry.holding().filter(|h| h.live_at(now));
+        LockStatus {
+            locked: holding.is_some(),
+            token: holding.map(|h| h.token),
+            owner: holding.and_then(|h| h.owner.clone()),
+            ttl_ms: holding.map_or(-2, |h| ttl_of(h, now)),
+            holds: holding.map_or(0, |h| h.holds),
+            waiters: entry.waiter_count(),
+            last_token: entry.counter(self.floor),
         }
     }
 
-    /// The name's counter: the highest token issued or advanced to, 0 if none.
     pub fn last_token(&self, name: &[u8]) -> u64 {
-        let floor = self.floor();
         self.entries
             .get(name)
-            .map_or(floor, |entry| entry.counter(floor))
+            .map_or(self.floor, |e| e.counter(self.floor))
     }
 
-    /// Milliseconds left on the lease, -2 when not held (like PTTL). A read, as [`Self::status`].
     pub fn ttl(&self, name: &[u8], now: Millis) -> i64 {
-        self.entries.get(name).map_or(-2, |entry| entry.ttl(now))
+        self.entries
+            .get(name)
+            .and_then(|e| e.holding())
+            .filter(|h| h.live_at(now))
+            .map_or(-2, |h| ttl_of(h, now))
     }
 
-    /// Removes the holding, whatever its hold count, and hands the lock to the next waiter. A
-    /// lease that had already run out is expired first (and so handed over), as if the expiry
-    /// task had been on time.
-    pub fn force_release(&self, name: &[u8], now: Millis, journal: &dyn Journal) -> bool {
-        let Some(guard) = self.entries.get_mut(name) else {
-            return false;
-        };
-        self.run(guard, now, journal, |entry, ctx| entry.force_release(ctx))
-    }
-
-    /// Raises the counter to at least `token` (capped at [`MAX_TOKEN`]); never lowers it.
-    /// Returns the counter. Journals only if something changed.
-    pub fn advance(&self, name: &[u8], token: u64, journal: &dyn Journal) -> u64 {
-        let floor = self.floor();
-        let guard = match self.entries.get_mut(name) {
-            Some(guard) => guard,
-            // Creating an entry only to change nothing would waste memory.
-            None if token.min(MAX_TOKEN) <= floor => return floor,
-            None => self
-                .entries
-                .entry(Name::from(name))
-                .or_insert_with(|| LockEntry::new(floor)),
-        };
-        // No lease is touched, so the time is irrelevant.
-        self.run(guard, Millis::default(), journal, |entry, ctx| {
-            entry.advance(token, ctx)
-        })
-    }
-
-    /// The earliest scheduled deadline. It may be stale (the lease was renewed or released);
-    /// [`Self::expire_due`] at that time is then a cheap no-op that schedules the real one.
-    pub fn next_deadline(&self) -> Option<Millis> {
-        self.deadlines.next()
-    }
-
-    /// Expires every lease due at `now` and hands each lock to its first live waiter. Returns
-    /// how many leases expired.
-    pub fn expire_due(&self, now: Millis, journal: &dyn Journal) -> usize {
-        let mut expired = 0;
-        // The heap lock is let go of before the entry is locked: pushes take them the other way.
-        while let Some((at, name)) = self.deadlines.pop_due(now) {
-            let Some(guard) = self.entries.get_mut(&name[..]) else {
-                continue;
-            };
-            let done = self.run(guard, now, journal, |entry, ctx| {
-                entry.heap_popped(at);
-                entry.expire_if_due(ctx)
-            });
-            expired += usize::from(done);
-        }
-        expired
-    }
-
-    /// Replays one record into a table being rebuilt (before [`Self::rearm_after_replay`]):
-    /// records are absolute, so replaying one a snapshot already reflects converges. Replayed
-    /// holdings have no deadline until re-armed; queued waiters are not touched.
-    pub fn apply_change(&self, change: &Change) {
-        if let Change::Floor { token } = change {
-            self.floor.fetch_max(*token, Relaxed);
-            return;
-        }
-        if let Change::FenceSet { .. } = change {
-            return;
-        }
-        let Some(name) = change.key() else { return };
-        let floor = self.floor();
-        let mut guard = self
-            .entries
-            .entry(Name::from(&name[..]))
-            .or_insert_with(|| LockEntry::new(floor));
-        guard.apply(change, &self.counters);
-        guard.tidy();
-    }
-
-    /// After replay: every holding gets its latest lease length counted from `now` (a restart
-    /// never shortens a lease) and is scheduled.
-    pub fn rearm_after_replay(&self, now: Millis) {
-        let mut earliest: Option<Millis> = None;
-        for mut guard in self.entries.iter_mut() {
-            let (name, entry) = guard.pair_mut();
-            entry.rearm(now);
-            let name = Bytes::copy_from_slice(name.as_bytes());
-            if let Some(at) = self.settle(entry, &name) {
-                earliest = Some(earliest.map_or(at, |e| e.min(at)));
-            }
-        }
-        if let Some(at) = earliest {
-            self.deadlines.notify(at);
-        }
-    }
-
-    /// Emits records that rebuild every name: a `Floor` first if one is set, then per name a
-    /// `Grant` for a holding and an `Advance` for a counter beyond what those imply. Each
-    /// entry is read under its lock; `emit` must not call back into the table.
-    pub fn snapshot(&self, emit: &mut dyn FnMut(Change)) {
-        let floor = self.floor();
-        if floor > 0 {
-            emit(Change::Floor { token: floor });
-        }
-        for guard in self.entries.iter() {
-            guard
-                .value()
-                .snapshot(&Bytes::copy_from_slice(guard.key().as_bytes()), floor, emit);
-        }
-    }
-
-    /// `grants` counts acquires answered with a token and waiters handed the lock;
-    /// `tokens_issued` also counts tokens of grants undone because the waiter vanished in the
-    /// same instant. `releases` counts every successful FLOCK.RELEASE (partial or to zero) and
-    /// such undone grants. `waiters` counts queued waiters, including ones whose connection
-    /// closed but which were not cancelled yet.
     pub fn stats(&self) -> LockStats {
         let c = &self.counters;
         LockStats {
             names: self.entries.len() as u64,
-            locks_held: c.locks_held.load(Relaxed),
-            waiters: c.waiters.load(Relaxed),
-            tokens_issued: c.tokens_issued.load(Relaxed),
-            grants: c.grants.load(Relaxed),
-            releases: c.releases.load(Relaxed),
-            expirations: c.expirations.load(Relaxed),
-            force_releases: c.force_releases.load(Relaxed),
-            notowner_rejections: c.notowner_rejections.load(Relaxed),
+            locks_held: c.locks_held,
+            waiters: c.waiters,
+            tokens_issued: c.tokens_issued,
+            grants: c.grants,
+            releases: c.releases,
+            expirations: c.expirations,
+            force_releases: c.force_releases,
+            notowner_rejections: c.notowner_rejections,
         }
     }
 
-    /// Forgets least-recently-used idle names (free, nobody waiting) once more than `max_idle`
-    /// are kept, down to 15/16 of `max_idle` so passes are not back to back. Recency is the
-    /// CLOCK approximation of LRU: every operation marks its entry, a pass spares (and unmarks)
-    /// marked entries and forgets unmarked ones, so a name used since the last pass survives.
-    /// Before a name is forgotten the global floor is raised to at least its counter (journaled
-    /// as [`Change::Floor`] while its shard is locked, so the record precedes any record of the
-    /// name coming back): a forgotten name's next token is still higher than any it had.
-    /// Returns how many names were forgotten. O(names) when it runs; meant for a background
-    /// task, about once a second. `max_idle == 0` means no bound.
-    pub fn reclaim_idle(&self, max_idle: usize, journal: &dyn Journal) -> usize {
-        let held = self.counters.locks_held.load(Relaxed) as usize;
-        let idle_estimate = self.entries.len().saturating_sub(held);
-        if max_idle == 0 || idle_estimate <= max_idle {
-            return 0;
-        }
-        let target = idle_estimate - (max_idle - max_idle / 16);
-        let mut forgotten = 0;
-        // The first pass may only unmark; the second then finds unmarked names.
-        for _pass in 0..2 {
-            self.entries.retain(|_, entry| {
-                if forgotten >= target || entry.active.is_some() || entry.take_recently_used() {
-                    return true;
-                }
-                let counter = entry.last_token;
-                if self.floor.fetch_max(counter, Relaxed) < counter {
-                    journal.append(Change::Floor { token: counter });
-                }
-                forgotten += 1;
-                false
-            });
-            if forgotten >= target {
+    // ------------------------------------------------------------------------- deadline index
+
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.deadlines.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    pub fn take_deadline_moved_earlier(&mut self) -> bool {
+        std::mem::take(&mut self.deadline_moved_earlier)
+    }
+
+    /// Pops the index up to `now` and returns the holdings whose leases are due, at most
+    /// `limit`. Stale items are dropped, and a holding whose deadline moved later is scheduled
+    /// again. Changes only the index (bookkeeping, not state).
+    pub fn due_leases(&mut self, now: Millis, limit: usize) -> Vec<HoldingRef> {
+        let mut due = Vec::new();
+        // Pushed back only after the loop, or the same call would pop them again.
+        let mut retries = Vec::new();
+        while due.len() < limit {
+            match self.deadlines.peek() {
+                Some(Reverse((at, _, _))) if *at <= now => {}
+                _ => break,
+            }
+            let Some(Reverse((at, name, _))) = self.deadlines.pop() else {
                 break;
+            };
+            let Some(entry) = self.entries.get_mut(&name) else {
+                continue;
+            };
+            if entry.scheduled_at() == at.0 {
+                entry.set_scheduled(0);
             }
-        }
-        forgotten
-    }
-
-    /// Raises every counter, and the floor, by `by` (saturating at [`MAX_TOKEN`]): after
-    /// restoring an old AOF, every future token then exceeds those issued since the backup, as
-    /// long as no name was granted more than `by` times since. Journals an `Advance` per name
-    /// and the new `Floor`. Returns how many names were bumped.
-    pub fn bump_all(&self, by: u64, journal: &dyn Journal) -> usize {
-        let floor = self.floor();
-        let new_floor = floor.saturating_add(by).min(MAX_TOKEN);
-        if self.floor.fetch_max(new_floor, Relaxed) < new_floor {
-            journal.append(Change::Floor { token: new_floor });
-        }
-        let mut bumped = 0;
-        for mut guard in self.entries.iter_mut() {
-            let (name, entry) = guard.pair_mut();
-            let token = entry.counter(floor).saturating_add(by).min(MAX_TOKEN);
-            if token > entry.last_token.max(new_floor) {
-                entry.last_token = token;
-                journal.append(Change::Advance {
-                    name: Bytes::copy_from_slice(name.as_bytes()),
-                    token,
+            let Some(holding) = entry.holding() else {
+                continue;
+            };
+            if holding.deadline <= now {
+                let first_token = holding.first_token;
+                due.push(HoldingRef {
+                    name: name.clone(),
+                    first_token,
                 });
+                // Scheduled again in case the expiry is never applied (a failed write): the
+                // task then finds it once more.
+                let retry = holding.deadline.plus(1);
+                entry.set_scheduled(retry.0);
+                retries.push(Reverse((retry, name, first_token)));
+            } else if let Some((deadline, first_token)) = entry.take_schedule() {
+                self.push_deadline(deadline, name, first_token);
             }
-            bumped += 1;
         }
-        bumped
+        self.deadlines.extend(retries);
+        due
     }
 
-    /// Which of `lanes` replay lanes the records of `name` belong to: lanes follow the table's
-    /// shards, so replay threads applying different lanes never contend for a shard lock, and
-    /// each name's records stay in order within its lane.
-    pub fn replay_lane(&self, name: &[u8], lanes: usize) -> usize {
-        self.entries.determine_map(name) % lanes.max(1)
+    /// Puts every holding's deadline into the index (after a restore).
+    pub fn rebuild_deadlines(&mut self) {
+        self.deadlines.clear();
+        let mut items = Vec::new();
+        for shard in self.entries.shards_mut() {
+            for (name, entry) in shard.iter_mut() {
+                entry.set_scheduled(0);
+                if let Some((deadline, first_token)) = entry.take_schedule() {
+                    let name = Bytes::copy_from_slice(name.as_bytes());
+                    items.push(Reverse((deadline, name, first_token)));
+                }
+            }
+        }
+        self.deadlines = BinaryHeap::from(items);
+        self.deadline_moved_earlier = true;
     }
 
-    /// How many names the table knows (idle ones included).
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// Items in the deadline heap, stale ones included (for tests and INFO).
     pub fn scheduled_deadlines(&self) -> usize {
         self.deadlines.len()
     }
+
+    // ------------------------------------------------------------------------- idle names
+
+    /// Chooses least-recently-used idle names to forget once more than `max_idle` are kept,
+    /// down to 15/16 of `max_idle`. Recency is the CLOCK approximation of LRU: every op marks
+    /// its entry; a pass spares (and unmarks) marked entries and picks unmarked ones. Only the
+    /// marks change (bookkeeping): forgetting is an op, proposed with the names picked here.
+    pub fn idle_candidates(&mut self, max_idle: usize, limit: usize) -> Vec<Bytes> {
+        let idle_estimate = self
+            .entries
+            .len()
+            .saturating_sub(self.counters.locks_held as usize);
+        if max_idle == 0 || idle_estimate <= max_idle {
+            return Vec::new();
+        }
+        let target = (idle_estimate - (max_idle - max_idle / 16)).min(limit);
+        let mut picked = Vec::new();
+        let mut chosen = std::collections::HashSet::new();
+        // The first pass may only unmark; the second then finds the names it unmarked (it skips
+        // those the first pass picked, which are unmarked too).
+        for _pass in 0..2 {
+            for shard in self.entries.shards_mut() {
+                for (name, entry) in shard.iter_mut() {
+                    if picked.len() >= target {
+                        return picked;
+                    }
+                    if !entry.is_idle() || entry.last_token >= MAX_TOKEN {
+                        continue;
+                    }
+                    if entry.take_recently_used() || !chosen.insert(name.as_bytes().to_vec()) {
+                        continue;
+                    }
+                    picked.push(Bytes::copy_from_slice(name.as_bytes()));
+                }
+            }
+        }
+        picked
+    }
+
+    // ------------------------------------------------------------------------- snapshots
+
+    /// The entries and the floor as they are now (shard pointers copied), without the index.
+    pub fn cut(&self) -> LockTable {
+        LockTable {
+            entries: self.entries.clone(),
+            floor: self.floor,
+            ..LockTable::default()
+        }
+    }
+
+    /// Items that rebuild every name: per name a holding (with its grants), its waiters in
+    /// order, and its counter when beyond what the holding or the floor implies.
+    pub fn snapshot(&self, emit: &mut dyn FnMut(SnapshotItem<'_>)) {
+        let floor = self.floor;
+        for (name, entry) in self.entries.iter() {
+            let name = name.as_bytes();
+            let implied = match entry.holding() {
+                Some(h) => h.token.max(floor),
+                None => floor,
+            };
+            if entry.last_token > implied {
+                emit(SnapshotItem::Counter {
+                    name,
+                    token: entry.last_token,
+                });
+            }
+            if let Some(h) = entry.holding() {
+                emit(SnapshotItem::Holding {
+                    name,
+                    first_token: h.first_token,
+                    token: h.token,
+                    holds: h.holds,
+                    owner: h.owner.as_deref(),
+                    lease_ms: h.lease_ms,
+                    deadline: h.deadline,
+                    grants: h.grants.clone(),
+                });
+            }
+            for w in entry.waiters() {
+                emit(SnapshotItem::Waiter {
+                    name,
+                    wait: w.wait,
+                    owner: w.owner.as_deref(),
+                    lease_ms: w.lease_ms,
+                });
+            }
+        }
+    }
+
+    /// Restores one lock item of a snapshot (or of a first-format file: see `crate::v1`).
+    pub fn restore(&mut self, item: &SnapshotItem<'_>) {
+        let floor = self.floor;
+        match item {
+            SnapshotItem::Counter { name, token } => {
+                let entry = self
+                    .entries
+                    .get_or_insert_with(name, || LockEntry::new(floor));
+                entry.last_token = entry.last_token.max(*token);
+            }
+            SnapshotItem::Holding {
+                name,
+                first_token,
+                token,
+                holds,
+                owner,
+                lease_ms,
+                deadline,
+                grants,
+            } => {
+                let entry = self
+                    .entries
+                    .get_or_insert_with(name, || LockEntry::new(floor));
+                let holding = Holding {
+                    owner: owner.map(Bytes::copy_from_slice),
+                    first_token: *first_token,
+                    token: *token,
+                    holds: *holds,
+                    lease_ms: *lease_ms,
+                    deadline: *deadline,
+                    grants: grants.clone(),
+                };
+                entry.set_holding(holding, &mut self.counters);
+            }
+            SnapshotItem::Waiter {
+                name,
+                wait,
+                owner,
+                lease_ms,
+            } => {
+                let entry = self
+                    .entries
+                    .get_or_insert_with(name, || LockEntry::new(floor));
+                let waiter = Waiter {
+                    wait: *wait,
+                    owner: owner.map(Bytes::copy_from_slice),
+                    lease_ms: *lease_ms,
+                };
+                entry.push_waiter(waiter, &mut self.counters);
+            }
+            SnapshotItem::Floor { token } => self.floor = self.floor.max(*token),
+            SnapshotItem::Fence { .. } => {}
+        }
+    }
+
+    /// For first-format records: set a holding's holds or lease, or remove it.
+    pub fn restore_v1_holding(&mut self, name: &[u8], change: V1HoldingChange) {
+        let Some(entry) = self.entries.get_mut(name) else {
+            return;
+        };
+        let counters = &mut self.counters;
+        match change {
+            V1HoldingChange::Lease(lease_ms) => {
+                if let Some(h) = entry.active.as_mut().and_then(|a| a.holding.as_mut()) {
+                    h.lease_ms = lease_ms;
+                }
+            }
+            V1HoldingChange::HoldsLeft(0) | V1HoldingChange::Remove => {
+                if entry
+                    .active
+                    .as_mut()
+                    .and_then(|a| a.holding.take())
+                    .is_some()
+                {
+                    counters.locks_held -= 1;
+                }
+            }
+            V1HoldingChange::HoldsLeft(n) => {
+                if let Some(h) = entry.active.as_mut().and_then(|a| a.holding.as_mut()) {
+                    h.holds = n;
+                }
+            }
+        }
+        entry.tidy();
+    }
+
+    /// An order-independent digest of the lock state (the floor, every counter above it, every
+    /// holding and queue): equal on two machines that applied the same log, however their
+    /// tables iterate.
+    pub fn digest(&self) -> u64 {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let seed = foldhash::fast::FixedState::with_seed(0x6469_6765_7374);
+        let mut sum = seed.hash_one(("floor", self.floor));
+        for (name, entry) in self.entries.iter() {
+            let counter = entry.counter(self.floor);
+            if entry.is_idle() && counter <= self.floor {
+                continue; // the same as no entry at all
+            }
+            let mut h = seed.build_hasher();
+            name.as_bytes().hash(&mut h);
+            counter.hash(&mut h);
+            if let Some(holding) = entry.holding() {
+                holding.owner.hash(&mut h);
+                holding.first_token.hash(&mut h);
+                holding.token.hash(&mut h);
+                holding.holds.hash(&mut h);
+                holding.lease_ms.hash(&mut h);
+                holding.deadline.hash(&mut h);
+                holding.grants.hash(&mut h);
+            }
+            for w in entry.waiters() {
+                w.wait.hash(&mut h);
+                w.owner.hash(&mut h);
+                w.lease_ms.hash(&mut h);
+            }
+            sum = sum.wrapping_add(h.finish());
+        }
+        sum
+    }
+}
+
+/// What a first-format record does to an existing holding.
+pub(crate) enum V1HoldingChange {
+    Lease(u64),
+    HoldsLeft(u32),
+    Remove,
+}
+
+fn ttl_of(holding: &Holding, now: Millis) -> i64 {
+    i64::try_from(now.until(holding.deadline)).unwrap_or(i64::MAX)
 }

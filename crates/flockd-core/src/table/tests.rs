@@ -1,136 +1,380 @@
-//! Unit tests of the lock table's rules, one rule per test, time passed in (no sleeping).
-
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+//! Unit tests of the lock rules, one rule per test, through [`StateMachine::apply`] with the op
+//! time passed in (no clock, no sleeping): tokens and grants, reentrancy, the ownership checks,
+//! lazy and proactive expiry, the FIFO hand-over, cancelled waits, the system ops (Expire,
+//! Rearm, Forget, BumpAll), the deadline index the expiry task reads, snapshots and
+//! first-format records. Results and events are compared whole, so an extra or missing event
+//! fails a test.
+//!
+//! The tests marked `#[ignore]` reproduce known core bugs; they fail until those are fixed.
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
 
-use super::*;
-use crate::journal::MemoryJournal;
-use crate::{MAX_TOKEN, NullJournal, State};
+use crate::{
+    AcquireResult, Applied, CancelResult, Event, FenceStats, HoldingRef, LockError, LockStats,
+    LockStatus, MAX_TOKEN, Millis, Op, OpResult, Snapshot, SnapshotItem, StateMachine, V1Change,
+    WaitId,
+};
 
 const N: &[u8] = b"lock";
 
-fn req(lease_ms: u64, owner: Option<&'static str>, wait: bool) -> AcquireRequest {
-    AcquireRequest {
-        name: Bytes::from_static(N),
-        lease_ms,
-        owner: owner.map(|o| Bytes::from_static(o.as_bytes())),
-        wait,
-    }
+fn name() -> Bytes {
+    Bytes::from_static(N)
+}
+
+fn b(s: &'static str) -> Bytes {
+    Bytes::from_static(s.as_bytes())
 }
 
 fn t(ms: u64) -> Millis {
     Millis(ms)
 }
 
-fn granted(outcome: AcquireOutcome) -> u64 {
-    match outcome {
-        AcquireOutcome::Granted(token) => token,
-        other => panic!("expected a grant, got {other:?}"),
+fn owner(o: Option<&'static str>) -> Option<Bytes> {
+    o.map(b)
+}
+
+fn granted(token: u64, wait: Option<WaitId>) -> Event {
+    Event::Granted {
+        name: name(),
+        token,
+        wait,
     }
 }
 
-fn queued(outcome: AcquireOutcome) -> (WaitTicket, oneshot::Receiver<u64>) {
-    match outcome {
-        AcquireOutcome::Queued { ticket, grant } => (ticket, grant),
-        other => panic!("expected to queue, got {other:?}"),
+fn released(token: u64, free: bool) -> Event {
+    Event::Released {
+        name: name(),
+        token,
+        free,
     }
 }
 
-fn records(journal: &MemoryJournal) -> Vec<Change> {
-    std::mem::take(&mut *journal.changes.lock())
+fn expired(token: u64) -> Event {
+    Event::Expired {
+        name: name(),
+        token,
+    }
 }
 
-fn name() -> Bytes {
-    Bytes::from_static(N)
+fn notowner(token: u64) -> LockError {
+    LockError::NotOwner {
+        name: name(),
+        token,
+    }
 }
+
+fn holding(first_token: u64) -> HoldingRef {
+    HoldingRef {
+        name: name(),
+        first_token,
+    }
+}
+
+/// A machine fed like a log: every op goes in at the next position.
+#[derive(Default)]
+struct Log {
+    sm: StateMachine,
+    pos: u64,
+}
+
+impl Log {
+    fn new() -> Self {
+        Self::default()
+    }
+
+    fn apply(&mut self, at: u64, op: Op) -> Applied {
+        self.pos += 1;
+        self.sm.apply(self.pos, t(at), &op)
+    }
+
+    fn acquire_on(
+        &mut self,
+        on: &'static [u8],
+        at: u64,
+        lease_ms: u64,
+        who: Option<&'static str>,
+        wait: bool,
+    ) -> Applied {
+        self.apply(
+            at,
+            Op::Acquire {
+                name: Bytes::from_static(on),
+                lease_ms,
+                owner: owner(who),
+                wait,
+            },
+        )
+    }
+
+    fn acquire(
+        &mut self,
+        at: u64,
+        lease_ms: u64,
+        who: Option<&'static str>,
+        wait: bool,
+    ) -> Applied {
+        self.acquire_on(N, at, lease_ms, who, wait)
+    }
+
+    fn grant_on(
+        &mut self,
+        on: &'static [u8],
+        at: u64,
+        lease_ms: u64,
+        who: Option<&'static str>,
+    ) -> u64 {
+        match self.acquire_on(on, at, lease_ms, who, false).result {
+            OpResult::Acquire(AcquireResult::Granted(token)) => token,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    fn grant(&mut self, at: u64, lease_ms: u64, who: Option<&'static str>) -> u64 {
+        self.grant_on(N, at, lease_ms, who)
+    }
+
+    fn acquire_result(
+        &mut self,
+        at: u64,
+        lease_ms: u64,
+        who: Option<&'static str>,
+        wait: bool,
+    ) -> AcquireResult {
+        match self.acquire(at, lease_ms, who, wait).result {
+            OpResult::Acquire(result) => result,
+            other => panic!("not an acquire result: {other:?}"),
+        }
+    }
+
+    /// Queues a waiter on N; its wait id is the position of the acquire.
+    fn enqueue(&mut self, at: u64, lease_ms: u64, who: Option<&'static str>) -> WaitId {
+        let applied = self.acquire(at, lease_ms, who, true);
+        let want = WaitId {
+            position: self.pos,
+            index: 0,
+        };
+        assert_eq!(
+            applied,
+            Applied {
+                result: OpResult::Acquire(AcquireResult::Queued(want)),
+                events: vec![]
+            }
+        );
+        want
+    }
+
+    fn release(&mut self, at: u64, token: u64) -> Result<bool, LockError> {
+        match self
+            .apply(
+                at,
+                Op::Release {
+                    name: name(),
+                    token,
+                },
+            )
+            .result
+        {
+            OpResult::Release(result) => result,
+            other => panic!("not a release result: {other:?}"),
+        }
+    }
+
+    fn renew(&mut self, at: u64, token: u64, lease_ms: u64) -> Result<(), LockError> {
+        match self
+            .apply(
+                at,
+                Op::Renew {
+                    name: name(),
+                    token,
+                    lease_ms,
+                },
+            )
+            .result
+        {
+            OpResult::Renew(result) => result,
+            other => panic!("not a renew result: {other:?}"),
+        }
+    }
+
+    fn cancel(&mut self, at: u64, wait: WaitId, release_if_granted: bool) -> Applied {
+        self.apply(
+            at,
+            Op::CancelWait {
+                name: name(),
+                wait,
+                release_if_granted,
+            },
+        )
+    }
+
+    /// What the expiry task does at `at`: read the due leases, propose them as one op.
+    fn expire_due(&mut self, at: u64) -> Applied {
+        let leases = self.sm.due_leases(t(at), 64);
+        self.apply(at, Op::Expire { leases })
+    }
+}
+
+/// A snapshot item, owned (the emitted ones borrow from the snapshot).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Item {
+    Floor(u64),
+    Counter(Vec<u8>, u64),
+    Holding {
+        name: Vec<u8>,
+        first_token: u64,
+        token: u64,
+        holds: u32,
+        owner: Option<Vec<u8>>,
+        lease_ms: u64,
+        deadline: Millis,
+        grants: Vec<(WaitId, u64)>,
+    },
+    Waiter {
+        name: Vec<u8>,
+        wait: WaitId,
+        owner: Option<Vec<u8>>,
+        lease_ms: u64,
+    },
+    Fence(Vec<u8>, u64, Vec<u8>),
+}
+
+fn items(snapshot: &Snapshot) -> Vec<Item> {
+    let mut out = Vec::new();
+    snapshot.emit(&mut |item| {
+        out.push(match item {
+            SnapshotItem::Floor { token } => Item::Floor(token),
+            SnapshotItem::Counter { name, token } => Item::Counter(name.to_vec(), token),
+            SnapshotItem::Holding {
+                name,
+                first_token,
+                token,
+                holds,
+                owner,
+                lease_ms,
+                deadline,
+                grants,
+            } => Item::Holding {
+                name: name.to_vec(),
+                first_token,
+                token,
+                holds,
+                owner: owner.map(<[u8]>::to_vec),
+                lease_ms,
+                deadline,
+                grants,
+            },
+            SnapshotItem::Waiter {
+                name,
+                wait,
+                owner,
+                lease_ms,
+            } => Item::Waiter {
+                name: name.to_vec(),
+                wait,
+                owner: owner.map(<[u8]>::to_vec),
+                lease_ms,
+            },
+            SnapshotItem::Fence { key, token, value } => {
+                Item::Fence(key.to_vec(), token, value.to_vec())
+            }
+        })
+    });
+    out
+}
+
+/// A fresh machine rebuilt from a snapshot.
+fn rebuild(snapshot: &Snapshot) -> StateMachine {
+    let mut sm = StateMachine::new();
+    sm.restore_begin(snapshot.position(), snapshot.at());
+    snapshot.emit(&mut |item| sm.restore(&item));
+    sm.restore_end();
+    sm
+}
+
+// ------------------------------------------------------------------------- grants and tokens
 
 #[test]
 fn first_grant_is_token_one_and_tokens_keep_increasing() {
-    let table = LockTable::new();
-    let j = MemoryJournal::default();
-    assert_eq!(table.last_token(N), 0);
-    assert_eq!(granted(table.acquire(req(100, None, false), t(0), &j)), 1);
+    let mut l = Log::new();
+    assert_eq!(l.sm.last_token(N), 0);
     assert_eq!(
-        records(&j),
-        vec![Change::Grant {
-            name: name(),
-            token: 1,
-            first_token: 1,
-            holds: 1,
-            owner: None,
-            lease_ms: 100
-        }]
+        l.acquire(0, 100, None, false),
+        Applied {
+            result: OpResult::Acquire(AcquireResult::Granted(1)),
+            events: vec![granted(1, None)]
+        }
     );
-    assert_eq!(table.release(N, 1, t(1), &j), Ok(true));
     assert_eq!(
-        records(&j),
-        vec![Change::Release {
-            name: name(),
-            holds_left: 0
-        }]
+        l.apply(
+            1,
+            Op::Release {
+                name: name(),
+                token: 1
+            }
+        ),
+        Applied {
+            result: OpResult::Release(Ok(true)),
+            events: vec![released(1, true)]
+        }
     );
-    assert_eq!(granted(table.acquire(req(100, None, false), t(2), &j)), 2);
-    assert_eq!(table.last_token(N), 2);
+    assert_eq!(l.grant(2, 100, None), 2);
+    assert_eq!(l.sm.last_token(N), 2);
 }
 
 #[test]
-fn held_lock_without_wait_is_busy_and_journals_nothing() {
-    let table = LockTable::new();
-    let j = MemoryJournal::default();
-    granted(table.acquire(req(100, None, false), t(0), &j));
-    records(&j);
-    assert!(matches!(
-        table.acquire(req(100, None, false), t(1), &j),
-        AcquireOutcome::Busy
-    ));
-    assert!(records(&j).is_empty());
+fn each_name_has_its_own_counter() {
+    let mut l = Log::new();
+    assert_eq!(l.grant_on(b"a", 0, 100, None), 1);
+    assert_eq!(l.grant_on(b"b", 0, 100, None), 1);
+    assert_eq!(l.grant_on(b"b", 200, 100, None), 2);
+    assert_eq!(l.sm.last_token(b"a"), 1);
+    assert_eq!(l.sm.last_token(b"b"), 2);
+    assert_eq!(l.sm.last_token(b"never"), 0);
+}
+
+#[test]
+fn held_lock_without_wait_is_busy_and_changes_nothing() {
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    let before = l.sm.status(N, t(1));
+    assert_eq!(
+        l.acquire(1, 100, None, false),
+        Applied {
+            result: OpResult::Acquire(AcquireResult::Busy),
+            events: vec![]
+        }
+    );
+    assert_eq!(l.sm.status(N, t(1)), before);
+    assert_eq!(l.sm.lock_stats().tokens_issued, 1);
 }
 
 #[test]
 fn no_owner_is_not_reentrant() {
-    let table = LockTable::new();
-    let j = NullJournal;
-    granted(table.acquire(req(100, None, false), t(0), &j));
-    assert!(matches!(
-        table.acquire(req(100, None, false), t(1), &j),
-        AcquireOutcome::Busy
-    ));
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    assert_eq!(l.acquire_result(1, 100, None, false), AcquireResult::Busy);
+    // With WAIT it queues like anyone else.
+    l.enqueue(2, 100, None);
+    assert_eq!(l.sm.status(N, t(2)).holds, 1);
 }
 
 #[test]
 fn same_owner_is_reentrant_with_new_token_and_fresh_lease() {
-    let table = LockTable::new();
-    let j = MemoryJournal::default();
+    let mut l = Log::new();
+    assert_eq!(l.grant(0, 100, Some("a")), 1);
     assert_eq!(
-        granted(table.acquire(req(100, Some("a"), false), t(0), &j)),
-        1
-    );
-    assert_eq!(
-        granted(table.acquire(req(500, Some("a"), true), t(50), &j)),
-        2
-    );
-    let owner = Some(Bytes::from_static(b"a"));
-    assert_eq!(
-        records(&j)[1],
-        Change::Grant {
-            name: name(),
-            token: 2,
-            first_token: 1,
-            holds: 2,
-            owner: owner.clone(),
-            lease_ms: 500
+        l.acquire(50, 500, Some("a"), true),
+        Applied {
+            result: OpResult::Acquire(AcquireResult::Granted(2)),
+            events: vec![granted(2, None)]
         }
     );
-    let status = table.status(N, t(50));
     assert_eq!(
-        status,
+        l.sm.status(N, t(50)),
         LockStatus {
             locked: true,
             token: Some(2),
-            owner,
+            owner: Some(b("a")),
             ttl_ms: 500,
             holds: 2,
             waiters: 0,
@@ -138,572 +382,1263 @@ fn same_owner_is_reentrant_with_new_token_and_fresh_lease() {
         }
     );
     // Another owner is busy.
-    assert!(matches!(
-        table.acquire(req(100, Some("b"), false), t(60), &j),
-        AcquireOutcome::Busy
-    ));
+    assert_eq!(
+        l.acquire_result(60, 100, Some("b"), false),
+        AcquireResult::Busy
+    );
 }
 
 #[test]
 fn reentrant_never_queues_behind_waiters() {
-    let table = LockTable::new();
-    let j = NullJournal;
-    granted(table.acquire(req(100, Some("a"), false), t(0), &j));
-    let (_ticket, _rx) = queued(table.acquire(req(100, Some("b"), true), t(1), &j));
+    let mut l = Log::new();
+    l.grant(0, 100, Some("a"));
+    l.enqueue(1, 100, Some("b"));
     assert_eq!(
-        granted(table.acquire(req(100, Some("a"), true), t(2), &j)),
-        2
+        l.acquire_result(2, 100, Some("a"), true),
+        AcquireResult::Granted(2)
     );
+    assert_eq!(l.sm.status(N, t(2)).waiters, 1);
 }
 
 #[test]
+fn a_lapsed_holding_is_not_reentered() {
+    let mut l = Log::new();
+    assert_eq!(l.grant(0, 100, Some("a")), 1);
+    // At the deadline the holding is over: the same owner gets a new holding, not a hold more.
+    assert_eq!(
+        l.acquire(100, 100, Some("a"), false),
+        Applied {
+            result: OpResult::Acquire(AcquireResult::Granted(2)),
+            events: vec![expired(1), granted(2, None)]
+        }
+    );
+    assert_eq!(l.sm.status(N, t(100)).holds, 1);
+    // The old holding's token belongs to nothing now.
+    assert_eq!(l.release(101, 1), Err(notowner(1)));
+}
+
+// ------------------------------------------------------------------------- ownership
+
+#[test]
 fn any_token_of_the_holding_renews_and_releases_any_hold() {
-    let table = LockTable::new();
-    let j = MemoryJournal::default();
-    granted(table.acquire(req(100, Some("a"), false), t(0), &j));
-    granted(table.acquire(req(100, Some("a"), false), t(0), &j));
-    granted(table.acquire(req(100, Some("a"), false), t(0), &j));
-    records(&j);
-    assert_eq!(table.renew(N, 1, 1000, t(10), &j), Ok(()));
+    let mut l = Log::new();
+    for want in 1..=3 {
+        assert_eq!(l.grant(0, 100, Some("a")), want);
+    }
     assert_eq!(
-        records(&j),
-        vec![Change::Renew {
-            name: name(),
-            lease_ms: 1000
-        }]
-    );
-    assert_eq!(table.ttl(N, t(10)), 1000);
-    assert_eq!(table.release(N, 3, t(11), &j), Ok(false));
-    assert_eq!(table.release(N, 1, t(12), &j), Ok(false));
-    assert_eq!(
-        records(&j),
-        vec![
-            Change::Release {
+        l.apply(
+            10,
+            Op::Renew {
                 name: name(),
-                holds_left: 2
-            },
-            Change::Release {
-                name: name(),
-                holds_left: 1
+                token: 1,
+                lease_ms: 1000
             }
-        ]
+        ),
+        Applied {
+            result: OpResult::Renew(Ok(())),
+            events: vec![Event::Renewed {
+                name: name(),
+                token: 3
+            }]
+        }
     );
-    assert_eq!(table.status(N, t(12)).holds, 1);
-    assert_eq!(table.release(N, 2, t(13), &j), Ok(true));
-    assert!(!table.status(N, t(13)).locked);
+    assert_eq!(l.sm.ttl(N, t(10)), 1000);
+    assert_eq!(
+        l.apply(
+            11,
+            Op::Release {
+                name: name(),
+                token: 3
+            }
+        ),
+        Applied {
+            result: OpResult::Release(Ok(false)),
+            events: vec![released(3, false)]
+        }
+    );
+    assert_eq!(l.release(12, 1), Ok(false));
+    assert_eq!(l.sm.status(N, t(12)).holds, 1);
+    assert_eq!(l.release(13, 2), Ok(true));
+    assert!(!l.sm.status(N, t(13)).locked);
 }
 
 #[test]
 fn wrong_or_stale_tokens_are_notowner_and_change_nothing() {
-    let table = LockTable::new();
-    let j = MemoryJournal::default();
-    let old = granted(table.acquire(req(100, None, false), t(0), &j));
-    table.release(N, old, t(1), &j).unwrap();
-    let new = granted(table.acquire(req(100, None, false), t(2), &j));
-    records(&j);
-    let notowner = |token| LockError::NotOwner {
-        name: name(),
-        token,
+    let mut l = Log::new();
+    let old = l.grant(0, 100, None);
+    l.release(1, old).unwrap();
+    let new = l.grant(2, 100, None);
+    let refused = |result| Applied {
+        result,
+        events: vec![],
     };
-    assert_eq!(table.release(N, old, t(3), &j), Err(notowner(old)));
-    assert_eq!(table.renew(N, old, 50, t(3), &j), Err(notowner(old)));
-    assert_eq!(table.release(N, new + 1, t(3), &j), Err(notowner(new + 1)));
-    assert_eq!(table.release(N, 0, t(3), &j), Err(notowner(0)));
     assert_eq!(
-        table.renew(b"never", 1, 50, t(3), &j),
-        Err(LockError::NotOwner {
-            name: Bytes::from_static(b"never"),
-            token: 1
-        })
+        l.apply(
+            3,
+            Op::Release {
+                name: name(),
+                token: old
+            }
+        ),
+        refused(OpResult::Release(Err(notowner(old))))
     );
-    assert!(records(&j).is_empty());
-    assert_eq!(table.status(N, t(3)).token, Some(new));
-    assert_eq!(table.ttl(N, t(3)), 99);
-    assert_eq!(table.stats().notowner_rejections, 5);
     assert_eq!(
-        LockError::NotOwner {
-            name: name(),
-            token: 7
-        }
-        .to_string(),
+        l.apply(
+            3,
+            Op::Renew {
+                name: name(),
+                token: old,
+                lease_ms: 50
+            }
+        ),
+        refused(OpResult::Renew(Err(notowner(old))))
+    );
+    assert_eq!(l.release(3, new + 1), Err(notowner(new + 1)));
+    assert_eq!(l.release(3, 0), Err(notowner(0)));
+    assert_eq!(
+        l.apply(
+            3,
+            Op::Renew {
+                name: b("never"),
+                token: 1,
+                lease_ms: 50
+            }
+        ),
+        refused(OpResult::Renew(Err(LockError::NotOwner {
+            name: b("never"),
+            token: 1
+        })))
+    );
+    assert_eq!(l.sm.status(N, t(3)).token, Some(new));
+    assert_eq!(l.sm.ttl(N, t(3)), 99);
+    assert_eq!(l.sm.lock_stats().notowner_rejections, 5);
+    assert_eq!(
+        notowner(7).to_string(),
         "NOTOWNER lock 'lock' is not held by token 7"
     );
 }
 
+// ------------------------------------------------------------------------- expiry
+
 #[test]
-fn expired_lease_reads_as_free_and_is_lazily_expired_on_the_next_change() {
-    let table = LockTable::new();
-    let j = MemoryJournal::default();
-    granted(table.acquire(req(100, None, false), t(0), &j));
-    records(&j);
-    assert_eq!(table.ttl(N, t(99)), 1);
-    assert!(table.status(N, t(99)).locked);
-    // At the deadline the lease is over; reads report it free without journalling.
-    let status = table.status(N, t(100));
+fn expired_lease_reads_as_free_and_is_lazily_expired_by_the_next_op() {
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    assert_eq!(l.sm.ttl(N, t(99)), 1);
+    assert!(l.sm.status(N, t(99)).locked);
+    // At the deadline the lease is over: reads report it free, and change nothing.
+    let status = l.sm.status(N, t(100));
     assert_eq!(
-        (status.locked, status.ttl_ms, status.holds, status.token),
-        (false, -2, 0, None)
+        (
+            status.locked,
+            status.ttl_ms,
+            status.holds,
+            status.token,
+            status.owner
+        ),
+        (false, -2, 0, None, None)
     );
     assert_eq!(status.last_token, 1);
-    assert_eq!(table.ttl(N, t(100)), -2);
-    assert!(records(&j).is_empty());
-    // A renew after the deadline is refused and records the expiry.
-    assert!(table.renew(N, 1, 100, t(100), &j).is_err());
-    assert_eq!(records(&j), vec![Change::Expire { name: name() }]);
-    assert_eq!(granted(table.acquire(req(100, None, false), t(101), &j)), 2);
-    assert_eq!(table.stats().expirations, 1);
+    assert_eq!(l.sm.ttl(N, t(100)), -2);
+    assert_eq!(l.sm.lock_stats().locks_held, 1);
+    // A renew at the deadline is refused, and expires the holding.
+    assert_eq!(
+        l.apply(
+            100,
+            Op::Renew {
+                name: name(),
+                token: 1,
+                lease_ms: 100
+            }
+        ),
+        Applied {
+            result: OpResult::Renew(Err(notowner(1))),
+            events: vec![expired(1)]
+        }
+    );
+    assert_eq!(l.sm.lock_stats().locks_held, 0);
+    assert_eq!(l.grant(101, 100, None), 2);
+    assert_eq!(l.sm.lock_stats().expirations, 1);
 }
 
 #[test]
-fn expire_due_expires_proactively_and_hands_over() {
-    let table = LockTable::new();
-    let j = MemoryJournal::default();
-    granted(table.acquire(req(100, None, false), t(0), &j));
-    let (_ticket, mut rx) = queued(table.acquire(req(300, None, true), t(10), &j));
-    records(&j);
-    assert_eq!(table.next_deadline(), Some(t(100)));
-    assert_eq!(table.expire_due(t(99), &j), 0);
-    assert!(rx.try_recv().is_err());
-    assert_eq!(table.expire_due(t(100), &j), 1);
-    assert_eq!(rx.try_recv(), Ok(2));
+fn every_op_on_a_lapsed_name_expires_it_first() {
+    let lapsed = || {
+        let mut l = Log::new();
+        l.grant(0, 10, Some("a"));
+        l
+    };
+    let mut l = lapsed();
     assert_eq!(
-        records(&j),
-        vec![
-            Change::Expire { name: name() },
-            Change::Grant {
+        l.apply(
+            10,
+            Op::Release {
                 name: name(),
-                token: 2,
-                first_token: 2,
-                holds: 1,
-                owner: None,
-                lease_ms: 300
+                token: 1
             }
-        ]
+        ),
+        Applied {
+            result: OpResult::Release(Err(notowner(1))),
+            events: vec![expired(1)]
+        }
     );
-    let status = table.status(N, t(100));
+    let mut l = lapsed();
+    assert_eq!(
+        l.acquire(10, 10, Some("b"), false),
+        Applied {
+            result: OpResult::Acquire(AcquireResult::Granted(2)),
+            events: vec![expired(1), granted(2, None)]
+        }
+    );
+    let mut l = lapsed();
+    let nobody = WaitId {
+        position: 99,
+        index: 0,
+    };
+    assert_eq!(
+        l.cancel(10, nobody, true),
+        Applied {
+            result: OpResult::CancelWait(CancelResult::Removed),
+            events: vec![expired(1)]
+        }
+    );
+    // Other names are not touched.
+    let mut l = lapsed();
+    l.acquire_on(b"other", 10, 10, None, false);
+    assert_eq!(l.sm.lock_stats().locks_held, 2);
+}
+
+#[test]
+fn expire_expires_due_leases_and_hands_over() {
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    let w = l.enqueue(10, 300, None);
+    assert_eq!(l.sm.next_deadline(), Some(t(100)));
+    assert_eq!(l.sm.due_leases(t(99), 16), vec![]);
+    let due = l.sm.due_leases(t(100), 16);
+    assert_eq!(due, vec![holding(1)]);
+    assert_eq!(
+        l.apply(100, Op::Expire { leases: due }),
+        Applied {
+            result: OpResult::Expire(1),
+            events: vec![expired(1), granted(2, Some(w))]
+        }
+    );
+    let status = l.sm.status(N, t(100));
     assert_eq!(
         (status.token, status.ttl_ms, status.waiters),
         (Some(2), 300, 0)
     );
-    assert_eq!(table.next_deadline(), Some(t(400)));
+    assert_eq!(l.sm.lock_stats().expirations, 1);
+    // The new holding is found at its own deadline.
+    assert_eq!(l.sm.due_leases(t(399), 16), vec![]);
+    assert_eq!(l.sm.next_deadline(), Some(t(400)));
+    assert_eq!(l.sm.due_leases(t(400), 16), vec![holding(2)]);
 }
 
 #[test]
-fn renew_later_does_not_grow_the_heap_and_expiry_follows_the_real_deadline() {
-    let table = LockTable::new();
-    let j = MemoryJournal::default();
-    granted(table.acquire(req(100, None, false), t(0), &j));
+fn expire_skips_a_stale_or_renewed_holding() {
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    let due = l.sm.due_leases(t(100), 16);
+    assert_eq!(due, vec![holding(1)]);
+    // Before the expiry is applied, the holder releases and someone else acquires.
+    l.release(99, 1).unwrap();
+    assert_eq!(l.grant(99, 100, None), 2);
+    let nothing = Applied {
+        result: OpResult::Expire(0),
+        events: vec![],
+    };
+    assert_eq!(l.apply(100, Op::Expire { leases: due }), nothing);
+    // The current holding, named right but not due (renewed, or just not yet).
+    assert_eq!(l.renew(150, 2, 100), Ok(()));
+    assert_eq!(
+        l.apply(
+            199,
+            Op::Expire {
+                leases: vec![holding(2)]
+            }
+        ),
+        nothing
+    );
+    // A name that does not exist.
+    assert_eq!(
+        l.apply(
+            200,
+            Op::Expire {
+                leases: vec![HoldingRef {
+                    name: b("never"),
+                    first_token: 1
+                }]
+            }
+        ),
+        nothing
+    );
+    assert_eq!(l.sm.status(N, t(200)).token, Some(2));
+    // Due at last.
+    assert_eq!(
+        l.apply(
+            250,
+            Op::Expire {
+                leases: vec![holding(2)]
+            }
+        ),
+        Applied {
+            result: OpResult::Expire(1),
+            events: vec![expired(2)]
+        }
+    );
+}
+
+#[test]
+fn expire_of_a_reentrant_holding_names_it_by_its_first_token() {
+    let mut l = Log::new();
+    l.grant(0, 100, Some("a"));
+    l.grant(10, 100, Some("a"));
+    assert_eq!(
+        l.apply(
+            110,
+            Op::Expire {
+                leases: vec![holding(2)]
+            }
+        )
+        .result,
+        OpResult::Expire(0)
+    );
+    assert_eq!(
+        l.apply(
+            110,
+            Op::Expire {
+                leases: vec![holding(1)]
+            }
+        ),
+        Applied {
+            result: OpResult::Expire(1),
+            events: vec![expired(2)]
+        }
+    );
+}
+
+// ------------------------------------------------------------------------- the deadline index
+
+#[test]
+fn renew_later_does_not_grow_the_index_and_expiry_follows_the_real_deadline() {
+    let mut l = Log::new();
+    l.grant(0, 100, None);
     for i in 1..50 {
-        table.renew(N, 1, 100, t(i), &j).unwrap();
+        l.renew(i, 1, 100).unwrap();
     }
-    assert_eq!(table.scheduled_deadlines(), 1);
-    assert_eq!(table.next_deadline(), Some(t(100)));
-    // The stale item pops, nothing expires, the real deadline (49 + 100) is scheduled.
-    assert_eq!(table.expire_due(t(100), &j), 0);
-    assert_eq!(table.next_deadline(), Some(t(149)));
-    assert_eq!(table.scheduled_deadlines(), 1);
-    assert_eq!(table.expire_due(t(148), &j), 0);
-    assert_eq!(table.expire_due(t(149), &j), 1);
-    assert_eq!(table.next_deadline(), None);
+    assert_eq!(l.sm.scheduled_deadlines(), 1);
+    assert_eq!(l.sm.next_deadline(), Some(t(100)));
+    // The stale item pops, nothing is due, the real deadline (49 + 100) is scheduled.
+    assert_eq!(l.sm.due_leases(t(100), 16), vec![]);
+    assert_eq!(l.sm.next_deadline(), Some(t(149)));
+    assert_eq!(l.sm.scheduled_deadlines(), 1);
+    assert_eq!(l.sm.due_leases(t(148), 16), vec![]);
+    let due = l.sm.due_leases(t(149), 16);
+    assert_eq!(due, vec![holding(1)]);
+    assert_eq!(
+        l.apply(149, Op::Expire { leases: due }).result,
+        OpResult::Expire(1)
+    );
+    // What is left of the index is stale and goes at the next look.
+    assert_eq!(l.sm.due_leases(t(150), 16), vec![]);
+    assert_eq!(l.sm.next_deadline(), None);
+    assert_eq!(l.sm.scheduled_deadlines(), 0);
 }
 
 #[test]
-fn renew_earlier_reschedules_and_calls_the_hook() {
-    let table = LockTable::new();
-    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
-    let hook_seen = seen.clone();
-    table.set_deadline_hook(Box::new(move |at| hook_seen.lock().push(at)));
-    let j = NullJournal;
-    granted(table.acquire(req(1000, None, false), t(0), &j));
-    granted(table.acquire(
-        AcquireRequest {
-            name: Bytes::from_static(b"other"),
-            ..req(2000, None, false)
+fn due_leases_skip_released_holdings_and_keep_to_the_limit() {
+    let mut l = Log::new();
+    l.grant_on(b"a", 0, 10, None);
+    l.grant_on(b"b", 0, 20, None);
+    l.grant_on(b"c", 0, 30, None);
+    l.apply(
+        5,
+        Op::Release {
+            name: b("b"),
+            token: 1,
         },
-        t(0),
-        &j,
-    ));
-    table.renew(N, 1, 10, t(5), &j).unwrap();
-    assert_eq!(*seen.lock(), vec![t(1000), t(15)]);
-    assert_eq!(table.next_deadline(), Some(t(15)));
-    assert_eq!(table.expire_due(t(15), &j), 1);
+    );
+    let due = l.sm.due_leases(t(25), 1);
+    assert_eq!(
+        due,
+        vec![HoldingRef {
+            name: b("a"),
+            first_token: 1
+        }]
+    );
+    assert_eq!(
+        l.apply(25, Op::Expire { leases: due }).result,
+        OpResult::Expire(1)
+    );
+    // b was released and c is not due yet.
+    assert_eq!(l.sm.due_leases(t(25), 16), vec![]);
+    assert_eq!(
+        l.sm.due_leases(t(30), 16),
+        vec![HoldingRef {
+            name: b("c"),
+            first_token: 1
+        }]
+    );
+    assert_eq!(l.sm.due_leases(t(30), 0), vec![]);
 }
+
+#[test]
+fn a_due_lease_whose_expiry_was_not_applied_is_found_again() {
+    let mut l = Log::new();
+    l.grant(0, 10, None);
+    assert_eq!(l.sm.due_leases(t(10), 16), vec![holding(1)]);
+    // The Expire op was lost (a failed write): a later look finds the lease again.
+    assert_eq!(l.sm.due_leases(t(11), 16)[0], holding(1));
+    // Reading the index changes no state.
+    assert!(l.sm.status(N, t(9)).locked);
+    assert_eq!(l.sm.lock_stats().locks_held, 1);
+}
+
+#[test]
+fn an_earlier_deadline_raises_the_wake_flag_once() {
+    let mut l = Log::new();
+    assert!(!l.sm.take_deadline_moved_earlier());
+    l.grant(0, 1000, None);
+    assert!(l.sm.take_deadline_moved_earlier());
+    assert!(!l.sm.take_deadline_moved_earlier(), "the flag clears");
+    l.grant_on(b"other", 0, 2000, None);
+    assert!(!l.sm.take_deadline_moved_earlier(), "a later deadline");
+    l.renew(5, 1, 2000).unwrap();
+    assert!(
+        !l.sm.take_deadline_moved_earlier(),
+        "a renewal that moves it later"
+    );
+    l.renew(5, 1, 10).unwrap();
+    assert!(
+        l.sm.take_deadline_moved_earlier(),
+        "a renewal that moves it earlier"
+    );
+    assert_eq!(l.sm.next_deadline(), Some(t(15)));
+    assert_eq!(l.expire_due(15).result, OpResult::Expire(1));
+}
+
+#[test]
+fn acquire_release_churn_does_not_grow_the_index() {
+    let mut l = Log::new();
+    for i in 0..100 {
+        let token = l.grant(i, 1000, None);
+        l.release(i, token).unwrap();
+    }
+    assert_eq!(l.sm.scheduled_deadlines(), 1);
+    // The stale item pops and leaves nothing behind.
+    assert_eq!(l.sm.due_leases(t(1000), 16), vec![]);
+    assert_eq!(l.sm.scheduled_deadlines(), 0);
+    // An idle name is a counter, a deadline mark and a null pointer.
+    assert_eq!(std::mem::size_of::<super::entry::LockEntry>(), 24);
+}
+
+/// Core bug: a due lease is scheduled again at `deadline + 1` so that a lost Expire is found
+/// once more, but that retry is popped by the same call whenever `now > deadline`: the call
+/// returns the same holding until `limit` is reached (and never ends with no limit), and the
+/// other due leases are not returned.
+#[test]
+fn due_leases_returns_each_due_holding_once() {
+    let mut l = Log::new();
+    l.grant_on(b"a", 0, 10, None);
+    l.grant_on(b"b", 0, 12, None);
+    let name = |n: &'static str| HoldingRef {
+        name: b(n),
+        first_token: 1,
+    };
+    assert_eq!(l.sm.due_leases(t(20), 10), vec![name("a"), name("b")]);
+}
+
+// ------------------------------------------------------------------------- waiters
 
 #[test]
 fn waiters_are_served_fifo_on_release() {
-    let table = LockTable::new();
-    let j = NullJournal;
-    let first = granted(table.acquire(req(100, Some("h"), false), t(0), &j));
-    let (_t1, mut rx1) = queued(table.acquire(req(100, Some("x"), true), t(1), &j));
-    let (_t2, mut rx2) = queued(table.acquire(req(100, Some("y"), true), t(2), &j));
-    assert_eq!(table.status(N, t(2)).waiters, 2);
-    assert_eq!(table.release(N, first, t(3), &j), Ok(true));
-    assert_eq!(rx1.try_recv(), Ok(2));
-    assert!(rx2.try_recv().is_err());
-    assert_eq!(table.status(N, t(3)).owner, Some(Bytes::from_static(b"x")));
-    assert_eq!(table.release(N, 2, t(4), &j), Ok(true));
-    assert_eq!(rx2.try_recv(), Ok(3));
-}
-
-#[test]
-fn closed_waiters_are_skipped_and_never_granted() {
-    let table = LockTable::new();
-    let j = MemoryJournal::default();
-    granted(table.acquire(req(100, None, false), t(0), &j));
-    let (_t1, rx1) = queued(table.acquire(req(100, None, true), t(1), &j));
-    let (_t2, mut rx2) = queued(table.acquire(req(100, None, true), t(2), &j));
-    drop(rx1);
+    let mut l = Log::new();
+    let first = l.grant(0, 100, Some("h"));
+    let w1 = l.enqueue(1, 100, Some("x"));
+    let w2 = l.enqueue(2, 100, Some("y"));
+    assert_eq!(l.sm.status(N, t(2)).waiters, 2);
     assert_eq!(
-        table.status(N, t(2)).waiters,
-        1,
-        "status counts live waiters only"
-    );
-    records(&j);
-    assert!(table.force_release(N, t(3), &j));
-    assert_eq!(rx2.try_recv(), Ok(2), "the closed waiter got no token");
-    assert_eq!(
-        records(&j),
-        vec![
-            Change::ForceRelease { name: name() },
-            Change::Grant {
+        l.apply(
+            3,
+            Op::Release {
                 name: name(),
-                token: 2,
-                first_token: 2,
-                holds: 1,
-                owner: None,
-                lease_ms: 100
+                token: first
             }
-        ]
+        ),
+        Applied {
+            result: OpResult::Release(Ok(true)),
+            events: vec![released(1, true), granted(2, Some(w1))]
+        }
     );
-    assert_eq!(table.stats().force_releases, 1);
+    let status = l.sm.status(N, t(3));
+    assert_eq!((status.owner, status.waiters), (Some(b("x")), 1));
+    assert_eq!(
+        l.apply(
+            4,
+            Op::Release {
+                name: name(),
+                token: 2
+            }
+        )
+        .events,
+        vec![released(2, true), granted(3, Some(w2))]
+    );
 }
 
 #[test]
-fn all_waiters_closed_leaves_the_lock_free_and_the_entry_idle() {
-    let table = LockTable::new();
-    let j = NullJournal;
-    granted(table.acquire(req(100, None, false), t(0), &j));
-    let (_t1, rx1) = queued(table.acquire(req(100, None, true), t(1), &j));
-    drop(rx1);
-    assert_eq!(table.release(N, 1, t(2), &j), Ok(true));
-    assert!(!table.status(N, t(2)).locked);
-    assert!(
-        table.entries.get(N).is_some_and(|e| e.active.is_none()),
-        "idle entry shrank"
+fn force_release_hands_over_to_the_next_waiter() {
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    let w = l.enqueue(1, 250, None);
+    assert_eq!(
+        l.apply(3, Op::ForceRelease { name: name() }),
+        Applied {
+            result: OpResult::ForceRelease(true),
+            events: vec![
+                Event::ForceReleased {
+                    name: name(),
+                    token: 1
+                },
+                granted(2, Some(w))
+            ]
+        }
     );
-    assert_eq!(table.stats().waiters, 0);
-    assert_eq!(table.stats().locks_held, 0);
+    assert_eq!(l.sm.ttl(N, t(3)), 250);
+    assert_eq!(l.sm.lock_stats().force_releases, 1);
+}
+
+#[test]
+fn a_disconnected_waiter_is_removed_and_never_granted() {
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    let w1 = l.enqueue(1, 100, None);
+    let w2 = l.enqueue(2, 100, None);
+    assert_eq!(
+        l.cancel(2, w1, true),
+        Applied {
+            result: OpResult::CancelWait(CancelResult::Removed),
+            events: vec![Event::WaitEnded {
+                name: name(),
+                wait: w1
+            }]
+        }
+    );
+    assert_eq!(l.sm.status(N, t(2)).waiters, 1);
+    assert_eq!(
+        l.apply(3, Op::ForceRelease { name: name() }).events,
+        vec![
+            Event::ForceReleased {
+                name: name(),
+                token: 1
+            },
+            granted(2, Some(w2))
+        ],
+        "the removed waiter got no token"
+    );
+}
+
+#[test]
+fn the_last_waiter_leaving_leaves_the_lock_free_and_the_gauges_at_zero() {
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    let w = l.enqueue(1, 100, None);
+    l.cancel(1, w, true);
+    assert_eq!(
+        l.apply(
+            2,
+            Op::Release {
+                name: name(),
+                token: 1
+            }
+        )
+        .events,
+        vec![released(1, true)]
+    );
+    assert!(!l.sm.status(N, t(2)).locked);
+    let stats = l.sm.lock_stats();
+    assert_eq!((stats.names, stats.locks_held, stats.waiters), (1, 0, 0));
 }
 
 #[test]
 fn waiters_with_the_new_holders_owner_are_granted_at_once() {
-    let table = LockTable::new();
-    let j = MemoryJournal::default();
-    let h = granted(table.acquire(req(100, Some("h"), false), t(0), &j));
-    let (_a1, mut rx_a1) = queued(table.acquire(req(100, Some("a"), true), t(1), &j));
-    let (_b, mut rx_b) = queued(table.acquire(req(100, Some("b"), true), t(2), &j));
-    let (_a2, mut rx_a2) = queued(table.acquire(req(700, Some("a"), true), t(3), &j));
-    let (_n, mut rx_n) = queued(table.acquire(req(100, None, true), t(4), &j));
-    records(&j);
-    table.release(N, h, t(10), &j).unwrap();
-    assert_eq!(rx_a1.try_recv(), Ok(2));
-    assert_eq!(rx_a2.try_recv(), Ok(3));
-    assert!(rx_b.try_recv().is_err());
-    assert!(rx_n.try_recv().is_err());
-    let owner = Some(Bytes::from_static(b"a"));
+    let mut l = Log::new();
+    let h = l.grant(0, 100, Some("h"));
+    let a1 = l.enqueue(1, 100, Some("a"));
+    let bw = l.enqueue(2, 100, Some("b"));
+    let a2 = l.enqueue(3, 700, Some("a"));
+    let n = l.enqueue(4, 100, None);
     assert_eq!(
-        records(&j),
-        vec![
-            Change::Release {
+        l.apply(
+            10,
+            Op::Release {
                 name: name(),
-                holds_left: 0
-            },
-            Change::Grant {
-                name: name(),
-                token: 2,
-                first_token: 2,
-                holds: 1,
-                owner: owner.clone(),
-                lease_ms: 100
-            },
-            Change::Grant {
-                name: name(),
-                token: 3,
-                first_token: 2,
-                holds: 2,
-                owner: owner.clone(),
-                lease_ms: 700
-            },
-        ]
+                token: h
+            }
+        ),
+        Applied {
+            result: OpResult::Release(Ok(true)),
+            events: vec![
+                released(1, true),
+                granted(2, Some(a1)),
+                granted(3, Some(a2))
+            ]
+        }
     );
-    let status = table.status(N, t(10));
-    assert_eq!((status.holds, status.ttl_ms, status.waiters), (2, 700, 2));
+    let status = l.sm.status(N, t(10));
+    assert_eq!(
+        (status.holds, status.ttl_ms, status.waiters, status.token),
+        (2, 700, 2, Some(3))
+    );
     // Two releases free it; b comes next, then the ownerless waiter.
-    assert_eq!(table.release(N, 2, t(11), &j), Ok(false));
-    assert_eq!(table.release(N, 3, t(12), &j), Ok(true));
-    assert_eq!(rx_b.try_recv(), Ok(4));
+    assert_eq!(l.release(11, 2), Ok(false));
+    assert_eq!(
+        l.apply(
+            12,
+            Op::Release {
+                name: name(),
+                token: 3
+            }
+        )
+        .events,
+        vec![released(3, true), granted(4, Some(bw))]
+    );
+    assert_eq!(
+        l.apply(
+            13,
+            Op::Release {
+                name: name(),
+                token: 4
+            }
+        )
+        .events,
+        vec![released(4, true), granted(5, Some(n))]
+    );
 }
+
+#[test]
+fn ownerless_waiters_are_granted_one_at_a_time() {
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    let n1 = l.enqueue(1, 100, None);
+    l.enqueue(2, 100, None);
+    assert_eq!(
+        l.apply(
+            3,
+            Op::Release {
+                name: name(),
+                token: 1
+            }
+        )
+        .events,
+        vec![released(1, true), granted(2, Some(n1))]
+    );
+    assert_eq!(l.sm.status(N, t(3)).waiters, 1);
+}
+
+#[test]
+fn wait_ids_of_one_entry_are_its_position_and_op_index() {
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    let mut events = Vec::new();
+    let acquire = Op::Acquire {
+        name: name(),
+        lease_ms: 100,
+        owner: None,
+        wait: true,
+    };
+    let w0 = WaitId {
+        position: 2,
+        index: 0,
+    };
+    let w1 = WaitId {
+        position: 2,
+        index: 1,
+    };
+    assert_eq!(
+        l.sm.apply_in_entry(2, 0, t(1), &acquire, &mut events),
+        OpResult::Acquire(AcquireResult::Queued(w0))
+    );
+    assert_eq!(
+        l.sm.apply_in_entry(2, 1, t(1), &acquire, &mut events),
+        OpResult::Acquire(AcquireResult::Queued(w1))
+    );
+    assert_eq!(
+        l.sm.apply_in_entry(
+            2,
+            2,
+            t(1),
+            &Op::Release {
+                name: name(),
+                token: 1
+            },
+            &mut events
+        ),
+        OpResult::Release(Ok(true))
+    );
+    assert_eq!(events, vec![released(1, true), granted(2, Some(w0))]);
+    assert_eq!(l.sm.position(), 2);
+    // The second waiter is still queued, under its own id.
+    assert_eq!(
+        l.sm.apply(
+            3,
+            t(2),
+            &Op::CancelWait {
+                name: name(),
+                wait: w1,
+                release_if_granted: false
+            }
+        )
+        .result,
+        OpResult::CancelWait(CancelResult::Removed)
+    );
+    assert_eq!(l.sm.status(N, t(2)).waiters, 0);
+}
+
+// ------------------------------------------------------------------------- cancelled waits
 
 #[test]
 fn cancel_removes_a_queued_waiter() {
-    let table = LockTable::new();
-    let j = NullJournal;
-    granted(table.acquire(req(100, None, false), t(0), &j));
-    let (ticket, mut rx) = queued(table.acquire(req(100, None, true), t(1), &j));
-    assert_eq!(table.cancel_wait(N, ticket), CancelOutcome::Removed);
-    assert_eq!(table.status(N, t(1)).waiters, 0);
-    table.release(N, 1, t(2), &j).unwrap();
-    assert!(
-        rx.try_recv().is_err(),
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    let w = l.enqueue(1, 100, None);
+    assert_eq!(
+        l.cancel(1, w, false),
+        Applied {
+            result: OpResult::CancelWait(CancelResult::Removed),
+            events: vec![Event::WaitEnded {
+                name: name(),
+                wait: w
+            }]
+        }
+    );
+    assert_eq!(l.sm.status(N, t(1)).waiters, 0);
+    assert_eq!(
+        l.apply(
+            2,
+            Op::Release {
+                name: name(),
+                token: 1
+            }
+        )
+        .events,
+        vec![released(1, true)],
         "a cancelled waiter is never granted"
     );
-    assert_eq!(table.cancel_wait(N, ticket), CancelOutcome::Removed);
+    let removed = Applied {
+        result: OpResult::CancelWait(CancelResult::Removed),
+        events: vec![],
+    };
+    assert_eq!(l.cancel(2, w, false), removed);
     assert_eq!(
-        table.cancel_wait(b"unknown", ticket),
-        CancelOutcome::Removed
+        l.apply(
+            2,
+            Op::CancelWait {
+                name: b("unknown"),
+                wait: w,
+                release_if_granted: true
+            }
+        ),
+        removed
     );
-    assert!(table.entries.get(N).is_some_and(|e| e.active.is_none()));
+    assert_eq!(l.sm.lock_stats().waiters, 0);
 }
 
 #[test]
-fn cancel_after_a_racing_grant_reports_the_token_once() {
-    let table = LockTable::new();
-    let j = NullJournal;
-    granted(table.acquire(req(100, None, false), t(0), &j));
-    let (ticket, rx) = queued(table.acquire(req(100, None, true), t(1), &j));
-    table.release(N, 1, t(2), &j).unwrap();
-    // The grant won; the waiter's task timed out anyway and dropped its receiver.
-    drop(rx);
+fn a_timed_out_wait_that_lost_the_race_learns_its_token_once() {
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    let w = l.enqueue(1, 100, None);
+    l.release(2, 1).unwrap();
+    // The grant won; the waiter's timeout comes after it.
     assert_eq!(
-        table.cancel_wait(N, ticket),
-        CancelOutcome::AlreadyGranted(2)
+        l.cancel(3, w, false),
+        Applied {
+            result: OpResult::CancelWait(CancelResult::AlreadyGranted(2)),
+            events: vec![]
+        }
     );
-    assert_eq!(table.cancel_wait(N, ticket), CancelOutcome::Removed);
-    // The caller releases what it cannot use.
-    assert_eq!(table.release(N, 2, t(3), &j), Ok(true));
+    assert_eq!(
+        l.cancel(3, w, false).result,
+        OpResult::CancelWait(CancelResult::Removed)
+    );
+    assert_eq!(l.sm.status(N, t(3)).token, Some(2), "the holding stays");
+    assert_eq!(l.release(3, 2), Ok(true));
+}
+
+#[test]
+fn a_disconnected_waiter_that_lost_the_race_has_its_hold_released() {
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    let w1 = l.enqueue(1, 100, None);
+    let w2 = l.enqueue(2, 100, None);
+    l.release(3, 1).unwrap();
+    assert_eq!(
+        l.cancel(4, w1, true),
+        Applied {
+            result: OpResult::CancelWait(CancelResult::AlreadyGranted(2)),
+            events: vec![released(2, true), granted(3, Some(w2))]
+        }
+    );
+    assert_eq!(l.sm.status(N, t(4)).token, Some(3));
+    assert_eq!(
+        l.cancel(4, w1, true).result,
+        OpResult::CancelWait(CancelResult::Removed)
+    );
+}
+
+#[test]
+fn a_disconnect_releases_only_the_hold_its_waiter_was_given() {
+    let mut l = Log::new();
+    l.grant(0, 100, Some("h"));
+    l.enqueue(1, 100, Some("a"));
+    let a2 = l.enqueue(2, 100, Some("a"));
+    l.release(3, 1).unwrap();
+    assert_eq!(l.sm.status(N, t(3)).holds, 2);
+    assert_eq!(
+        l.cancel(4, a2, true),
+        Applied {
+            result: OpResult::CancelWait(CancelResult::AlreadyGranted(3)),
+            events: vec![released(3, false)]
+        }
+    );
+    let status = l.sm.status(N, t(4));
+    assert_eq!((status.locked, status.holds), (true, 1));
 }
 
 #[test]
 fn cancel_after_the_granted_holding_ended_is_removed() {
-    let table = LockTable::new();
-    let j = NullJournal;
-    granted(table.acquire(req(100, None, false), t(0), &j));
-    let (ticket, _rx) = queued(table.acquire(req(50, None, true), t(1), &j));
-    table.release(N, 1, t(2), &j).unwrap();
-    assert_eq!(table.expire_due(t(52), &j), 1);
-    assert_eq!(table.cancel_wait(N, ticket), CancelOutcome::Removed);
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    let w = l.enqueue(1, 50, None);
+    l.release(2, 1).unwrap();
+    assert_eq!(l.expire_due(52).result, OpResult::Expire(1));
+    let removed = Applied {
+        result: OpResult::CancelWait(CancelResult::Removed),
+        events: vec![],
+    };
+    assert_eq!(l.cancel(52, w, false), removed);
+    assert_eq!(l.cancel(52, w, true), removed);
 }
+
+#[test]
+fn a_cancel_after_the_lease_ran_out_finds_the_lock_handed_over() {
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    let w = l.enqueue(1, 100, None);
+    // The lease ran out at 100, before the wait gave up at 150: the hand-over comes first.
+    assert_eq!(
+        l.cancel(150, w, false),
+        Applied {
+            result: OpResult::CancelWait(CancelResult::AlreadyGranted(2)),
+            events: vec![expired(1), granted(2, Some(w))]
+        }
+    );
+}
+
+// ------------------------------------------------------------------------- force-release, advance
 
 #[test]
 fn force_release_removes_every_hold() {
-    let table = LockTable::new();
-    let j = NullJournal;
-    granted(table.acquire(req(100, Some("a"), false), t(0), &j));
-    granted(table.acquire(req(100, Some("a"), false), t(0), &j));
-    assert!(table.force_release(N, t(1), &j));
-    assert!(!table.force_release(N, t(1), &j));
-    assert!(!table.force_release(b"never", t(1), &j));
+    let mut l = Log::new();
+    l.grant(0, 100, Some("a"));
+    l.grant(0, 100, Some("a"));
     assert_eq!(
-        table.release(N, 2, t(2), &j),
-        Err(LockError::NotOwner {
-            name: name(),
-            token: 2
-        })
+        l.apply(1, Op::ForceRelease { name: name() }),
+        Applied {
+            result: OpResult::ForceRelease(true),
+            events: vec![Event::ForceReleased {
+                name: name(),
+                token: 2
+            }]
+        }
     );
-    assert_eq!(granted(table.acquire(req(100, None, false), t(3), &j)), 3);
+    let nothing = Applied {
+        result: OpResult::ForceRelease(false),
+        events: vec![],
+    };
+    assert_eq!(l.apply(1, Op::ForceRelease { name: name() }), nothing);
+    assert_eq!(l.apply(1, Op::ForceRelease { name: b("never") }), nothing);
+    assert_eq!(l.release(2, 2), Err(notowner(2)));
+    assert_eq!(l.grant(3, 100, None), 3);
 }
 
 #[test]
-fn force_release_of_an_expired_lease_expires_it_first() {
-    let table = LockTable::new();
-    let j = MemoryJournal::default();
-    granted(table.acquire(req(10, None, false), t(0), &j));
-    records(&j);
-    assert!(!table.force_release(N, t(10), &j));
-    assert_eq!(records(&j), vec![Change::Expire { name: name() }]);
+fn force_release_of_a_lapsed_lease_expires_it_first() {
+    let mut l = Log::new();
+    l.grant(0, 10, None);
+    assert_eq!(
+        l.apply(10, Op::ForceRelease { name: name() }),
+        Applied {
+            result: OpResult::ForceRelease(false),
+            events: vec![expired(1)]
+        }
+    );
+    let stats = l.sm.lock_stats();
+    assert_eq!((stats.expirations, stats.force_releases), (1, 0));
 }
 
 #[test]
-fn advance_raises_never_lowers_and_journals_only_changes() {
-    let table = LockTable::new();
-    let j = MemoryJournal::default();
-    assert_eq!(table.advance(N, 0, &j), 0);
-    assert_eq!(table.len(), 0, "a no-op advance creates no entry");
-    assert_eq!(table.advance(N, 100, &j), 100);
-    assert_eq!(table.advance(N, 50, &j), 100);
+fn advance_raises_and_never_lowers() {
+    let mut l = Log::new();
+    let advance = |l: &mut Log, token| {
+        l.apply(
+            0,
+            Op::Advance {
+                name: name(),
+                token,
+            },
+        )
+    };
     assert_eq!(
-        records(&j),
-        vec![Change::Advance {
-            name: name(),
-            token: 100
-        }]
+        advance(&mut l, 0),
+        Applied {
+            result: OpResult::Advance(0),
+            events: vec![]
+        }
     );
     assert_eq!(
-        granted(table.acquire(req(10, Some("a"), false), t(0), &j)),
-        101
+        l.sm.lock_stats().names,
+        0,
+        "an advance to nothing makes no entry"
     );
-    assert_eq!(table.advance(N, 200, &j), 200);
+    assert_eq!(advance(&mut l, 100).result, OpResult::Advance(100));
+    assert_eq!(advance(&mut l, 50).result, OpResult::Advance(100));
+    assert_eq!(l.grant(0, 10, Some("a")), 101);
+    assert_eq!(advance(&mut l, 200).result, OpResult::Advance(200));
     // The holding keeps its tokens; the next reentrant token is above the advance.
+    assert_eq!(l.grant(0, 10, Some("a")), 201);
+    assert_eq!(l.release(1, 101), Ok(false));
     assert_eq!(
-        granted(table.acquire(req(10, Some("a"), false), t(0), &j)),
-        201
+        advance(&mut l, u64::MAX).result,
+        OpResult::Advance(MAX_TOKEN)
     );
-    assert_eq!(table.release(N, 101, t(1), &j), Ok(false));
-    assert_eq!(table.advance(N, u64::MAX, &j), MAX_TOKEN);
+    assert_eq!(l.sm.last_token(N), MAX_TOKEN);
 }
 
 #[test]
 fn an_exhausted_counter_is_busy_and_never_wraps() {
-    let table = LockTable::new();
-    let j = NullJournal;
-    table.advance(N, MAX_TOKEN - 1, &j);
-    assert_eq!(
-        granted(table.acquire(req(10, Some("a"), false), t(0), &j)),
-        MAX_TOKEN
-    );
-    assert!(matches!(
-        table.acquire(req(10, Some("a"), false), t(0), &j),
-        AcquireOutcome::Busy
-    ));
-    let (ticket, mut rx) = queued(table.acquire(req(10, None, true), t(0), &j));
-    assert_eq!(table.release(N, MAX_TOKEN, t(1), &j), Ok(true));
-    assert!(rx.try_recv().is_err());
-    assert!(!table.status(N, t(1)).locked);
-    assert!(matches!(
-        table.acquire(req(10, None, false), t(1), &j),
-        AcquireOutcome::Busy
-    ));
-    assert_eq!(table.cancel_wait(N, ticket), CancelOutcome::Removed);
-    assert!(matches!(
-        table.acquire(req(10, None, false), t(1), &j),
-        AcquireOutcome::Busy
-    ));
-    assert_eq!(table.last_token(N), MAX_TOKEN);
-}
-
-#[test]
-fn replay_restores_holdings_and_counters_and_rearm_gives_full_leases() {
-    let live = LockTable::new();
-    let j = MemoryJournal::default();
-    granted(live.acquire(req(100, Some("a"), false), t(0), &j));
-    granted(live.acquire(req(300, Some("a"), false), t(10), &j));
-    live.renew(N, 1, 400, t(20), &j).unwrap();
-    live.release(N, 2, t(30), &j).unwrap();
-    live.advance(b"idle", 42, &j);
-    granted(live.acquire(
-        AcquireRequest {
-            name: Bytes::from_static(b"gone"),
-            ..req(5, None, false)
+    let mut l = Log::new();
+    l.apply(
+        0,
+        Op::Advance {
+            name: name(),
+            token: MAX_TOKEN - 1,
         },
-        t(0),
-        &j,
-    ));
-    live.expire_due(t(5), &j);
-
-    let state = State::default();
-    for change in records(&j) {
-        state.apply_change(&change);
-    }
-    let status = state.locks.status(N, t(1000));
-    assert_eq!(status.token, Some(2));
-    assert_eq!(status.holds, 1);
-    assert_eq!(status.owner, Some(Bytes::from_static(b"a")));
-    assert_eq!(state.locks.last_token(b"idle"), 42);
-    assert!(!state.locks.status(b"gone", t(0)).locked);
-    assert_eq!(state.locks.last_token(b"gone"), 1);
-    assert_eq!(state.locks.next_deadline(), None);
-
-    let woke = Arc::new(AtomicU64::new(0));
-    let hook_woke = woke.clone();
-    state
-        .locks
-        .set_deadline_hook(Box::new(move |at| hook_woke.store(at.0, Ordering::SeqCst)));
-    state.locks.rearm_after_replay(t(5000));
-    assert_eq!(state.locks.ttl(N, t(5000)), 400);
-    assert_eq!(woke.load(Ordering::SeqCst), 5400);
-    assert_eq!(state.locks.expire_due(t(5400), &j), 1);
-    assert_eq!(state.locks.stats().locks_held, 0);
+    );
+    assert_eq!(l.grant(0, 10, Some("a")), MAX_TOKEN);
+    assert_eq!(
+        l.acquire_result(0, 10, Some("a"), false),
+        AcquireResult::Busy
+    );
+    let w = l.enqueue(0, 10, None);
+    assert_eq!(
+        l.apply(
+            1,
+            Op::Release {
+                name: name(),
+                token: MAX_TOKEN
+            }
+        )
+        .events,
+        vec![released(MAX_TOKEN, true)],
+        "nobody can be granted"
+    );
+    let status = l.sm.status(N, t(1));
+    assert_eq!((status.locked, status.waiters), (false, 1));
+    assert_eq!(l.acquire_result(1, 10, None, false), AcquireResult::Busy);
+    assert_eq!(
+        l.cancel(1, w, false).result,
+        OpResult::CancelWait(CancelResult::Removed)
+    );
+    assert_eq!(l.acquire_result(1, 10, None, false), AcquireResult::Busy);
+    assert_eq!(
+        l.acquire_result(1, 10, Some("a"), true),
+        AcquireResult::Busy
+    );
+    assert_eq!(l.sm.last_token(N), MAX_TOKEN);
+    assert_eq!(l.sm.lock_stats().locks_held, 0);
 }
 
+// ------------------------------------------------------------------------- system ops
+
 #[test]
-fn snapshot_rebuilds_the_same_state() {
-    let live = LockTable::new();
-    let j = NullJournal;
-    granted(live.acquire(req(100, Some("a"), false), t(0), &j));
-    granted(live.acquire(req(200, Some("a"), false), t(0), &j));
-    live.advance(N, 10, &j);
-    live.advance(b"idle", 7, &j);
-    let mut changes = Vec::new();
-    live.snapshot(&mut |c| changes.push(c));
-    changes.sort_by(|a, b| a.key().cmp(&b.key()));
-    let owner = Some(Bytes::from_static(b"a"));
-    assert_eq!(
-        changes,
-        vec![
-            Change::Advance {
-                name: Bytes::from_static(b"idle"),
-                token: 7
-            },
-            Change::Grant {
-                name: name(),
-                token: 2,
-                first_token: 1,
-                holds: 2,
-                owner,
-                lease_ms: 200
-            },
-            Change::Advance {
-                name: name(),
-                token: 10
-            },
-        ]
+fn rearm_gives_every_holding_a_fresh_lease_and_drops_every_waiter() {
+    let mut l = Log::new();
+    l.grant_on(b"a", 0, 100, Some("x"));
+    l.grant_on(b"b", 0, 300, None);
+    l.grant_on(b"c", 0, 100, None);
+    l.apply(
+        1,
+        Op::Release {
+            name: b("c"),
+            token: 1,
+        },
     );
-    let rebuilt = LockTable::new();
-    for change in &changes {
-        rebuilt.apply_change(change);
-    }
+    let w = match l.acquire_on(b"a", 1, 100, None, true).result {
+        OpResult::Acquire(AcquireResult::Queued(w)) => w,
+        other => panic!("expected to queue, got {other:?}"),
+    };
     assert_eq!(
-        rebuilt.status(N, t(0)),
-        LockStatus {
-            ttl_ms: 200,
-            ..live.status(N, t(0))
+        l.apply(50, Op::Rearm { extra_ms: 20 }),
+        Applied {
+            result: OpResult::Rearm {
+                holdings: 2,
+                waiters: 1
+            },
+            events: vec![Event::WaitEnded {
+                name: b("a"),
+                wait: w
+            }]
         }
     );
-    assert_eq!(rebuilt.last_token(b"idle"), 7);
+    // Latest lease length plus the extra, from the re-arm: never shorter than before.
+    assert_eq!(l.sm.ttl(b"a", t(50)), 120);
+    assert_eq!(l.sm.ttl(b"b", t(50)), 320);
+    assert!(!l.sm.status(b"c", t(50)).locked);
+    assert_eq!(l.sm.status(b"a", t(50)).waiters, 0);
+    assert_eq!(l.sm.lock_stats().waiters, 0);
+    // The dropped waiter is gone for good.
+    assert_eq!(
+        l.apply(
+            51,
+            Op::CancelWait {
+                name: b("a"),
+                wait: w,
+                release_if_granted: true
+            }
+        ),
+        Applied {
+            result: OpResult::CancelWait(CancelResult::Removed),
+            events: vec![]
+        }
+    );
+    // The index follows the new deadlines.
+    assert_eq!(l.sm.due_leases(t(169), 16), vec![]);
+    assert_eq!(
+        l.sm.due_leases(t(170), 16),
+        vec![HoldingRef {
+            name: b("a"),
+            first_token: 1
+        }]
+    );
+    // Nothing to re-arm.
+    let mut empty = Log::new();
+    assert_eq!(
+        empty.apply(0, Op::Rearm { extra_ms: 0 }).result,
+        OpResult::Rearm {
+            holdings: 0,
+            waiters: 0
+        }
+    );
 }
 
 #[test]
-fn floor_raises_every_counter() {
-    let table = LockTable::new();
-    let j = NullJournal;
-    table.advance(b"high", 500, &j);
-    table.apply_change(&Change::Floor { token: 100 });
-    table.apply_change(&Change::Floor { token: 50 });
-    assert_eq!(table.last_token(b"new"), 100);
-    assert_eq!(table.last_token(b"high"), 500);
-    assert_eq!(table.status(b"new", t(0)).last_token, 100);
-    assert_eq!(granted(table.acquire(req(10, None, false), t(0), &j)), 101);
-    assert_eq!(table.advance(b"x", 90, &j), 100);
-    let mut changes = Vec::new();
-    table.snapshot(&mut |c| changes.push(c));
-    assert_eq!(changes[0], Change::Floor { token: 100 });
-    assert!(changes.contains(&Change::Advance {
-        name: Bytes::from_static(b"high"),
-        token: 500
-    }));
+fn forget_removes_only_idle_names_and_raises_the_floor_first() {
+    let mut l = Log::new();
+    let idle = l.grant_on(b"idle", 0, 100, None);
+    l.apply(
+        0,
+        Op::Release {
+            name: b("idle"),
+            token: idle,
+        },
+    );
+    l.apply(
+        0,
+        Op::Advance {
+            name: b("big"),
+            token: 50,
+        },
+    );
+    l.grant_on(b"held", 0, 100, Some("x"));
+    let applied = l.apply(
+        1,
+        Op::Forget {
+            names: vec![b("idle"), b("big"), b("held"), b("unknown")],
+        },
+    );
+    assert_eq!(
+        applied,
+        Applied {
+            result: OpResult::Forget(2),
+            events: vec![]
+        }
+    );
+    assert_eq!(l.sm.token_floor(), 50);
+    assert_eq!(l.sm.lock_stats().names, 1);
+    // A forgotten name's next token is still higher than any it had, and than the floor.
+    assert_eq!(l.sm.last_token(b"idle"), 50);
+    assert_eq!(l.grant_on(b"idle", 2, 100, None), 51);
+    assert_eq!(l.grant_on(b"big", 2, 100, None), 51);
+    assert_eq!(l.sm.last_token(b"never-seen"), 50);
+    // The held name keeps its holding, and its next token is above the floor too.
+    let status = l.sm.status(b"held", t(2));
+    assert_eq!(
+        (status.locked, status.token, status.last_token),
+        (true, Some(1), 50)
+    );
+    assert_eq!(l.grant_on(b"held", 2, 100, Some("x")), 51);
+    // A name with a waiter is not idle either.
+    let w = l.acquire_on(b"held", 3, 100, None, true);
+    assert!(matches!(
+        w.result,
+        OpResult::Acquire(AcquireResult::Queued(_))
+    ));
+    assert_eq!(
+        l.apply(
+            3,
+            Op::Forget {
+                names: vec![b("held")]
+            }
+        )
+        .result,
+        OpResult::Forget(0)
+    );
+}
+
+#[test]
+fn bump_all_raises_every_counter_and_the_floor() {
+    let mut l = Log::new();
+    l.apply(
+        0,
+        Op::Advance {
+            name: b("a"),
+            token: 10,
+        },
+    );
+    assert_eq!(l.grant_on(b"h", 0, 100, Some("x")), 1);
+    assert_eq!(
+        l.apply(1, Op::BumpAll { by: 100 }),
+        Applied {
+            result: OpResult::BumpAll(2),
+            events: vec![]
+        }
+    );
+    assert_eq!(l.sm.last_token(b"a"), 110);
+    assert_eq!(l.sm.last_token(b"h"), 101);
+    assert_eq!(l.sm.last_token(b"never-seen"), 100);
+    assert_eq!(l.sm.token_floor(), 100);
+    assert_eq!(l.grant_on(b"never-seen", 1, 100, None), 101);
+    // The holding keeps its tokens; its next one is above the bump.
+    assert_eq!(l.grant_on(b"h", 1, 100, Some("x")), 102);
+    assert_eq!(
+        l.apply(
+            1,
+            Op::Release {
+                name: b("h"),
+                token: 1
+            }
+        )
+        .result,
+        OpResult::Release(Ok(false))
+    );
+    // Capped: nothing wraps, and then nothing can be granted.
+    l.apply(2, Op::BumpAll { by: u64::MAX });
+    assert_eq!(l.sm.last_token(b"a"), MAX_TOKEN);
+    assert_eq!(l.sm.token_floor(), MAX_TOKEN);
+    assert_eq!(
+        l.acquire_on(b"fresh", 2, 100, None, false).result,
+        OpResult::Acquire(AcquireResult::Busy)
+    );
+}
+
+// ------------------------------------------------------------------------- fences
+
+#[test]
+fn a_fence_keeps_the_value_of_its_highest_token() {
+    let mut l = Log::new();
+    let set = |l: &mut Log, token, value: &'static str| {
+        l.apply(
+            0,
+            Op::FenceSet {
+                key: b("k"),
+                token,
+                value: b(value),
+            },
+        )
+    };
+    assert_eq!(
+        set(&mut l, 5, "v1"),
+        Applied {
+            result: OpResult::FenceSet(true),
+            events: vec![]
+        }
+    );
+    assert_eq!(set(&mut l, 4, "v2").result, OpResult::FenceSet(false));
+    assert_eq!(
+        (l.sm.fence_value(b"k"), l.sm.fence_token(b"k")),
+        (Some(b("v1")), 5)
+    );
+    assert_eq!(
+        set(&mut l, 5, "v3").result,
+        OpResult::FenceSet(true),
+        "equal is accepted"
+    );
+    assert_eq!(set(&mut l, 9, "v4").result, OpResult::FenceSet(true));
+    assert_eq!(l.sm.fence_value(b"k"), Some(b("v4")));
+    assert_eq!(
+        (l.sm.fence_value(b"other"), l.sm.fence_token(b"other")),
+        (None, 0)
+    );
+    assert_eq!(
+        l.sm.fence_stats(),
+        FenceStats {
+            keys: 1,
+            accepted: 3,
+            refused: 1
+        }
+    );
+    // Fences and locks are separate namespaces.
+    assert_eq!(l.sm.last_token(b"k"), 0);
+}
+
+// ------------------------------------------------------------------------- the machine
+
+#[test]
+fn position_and_time_are_the_latest_applied() {
+    let mut sm = StateMachine::new();
+    assert_eq!((sm.position(), sm.time()), (0, t(0)));
+    sm.apply(5, t(100), &Op::ForceRelease { name: name() });
+    assert_eq!((sm.position(), sm.time()), (5, t(100)));
+    sm.apply(3, t(50), &Op::ForceRelease { name: name() });
+    assert_eq!((sm.position(), sm.time()), (5, t(100)), "never goes back");
+}
+
+#[test]
+fn the_digest_depends_on_the_state_not_on_its_history() {
+    let advance = |name: &'static str, token| Op::Advance {
+        name: b(name),
+        token,
+    };
+    let mut x = StateMachine::new();
+    x.apply(1, t(0), &advance("a", 5));
+    x.apply(2, t(0), &advance("b", 3));
+    let mut y = StateMachine::new();
+    y.apply(1, t(0), &advance("b", 3));
+    y.apply(2, t(0), &advance("a", 5));
+    assert_eq!(x.digest(), y.digest());
+    let mut z = StateMachine::new();
+    z.apply(1, t(0), &advance("b", 4));
+    z.apply(2, t(0), &advance("a", 5));
+    assert_ne!(x.digest(), z.digest());
+    // A read changes nothing; a refused op changes only the position.
+    let before = x.digest();
+    let _ = x.status(b"a", t(10));
+    let _ = x.due_leases(t(10), 16);
+    assert_eq!(x.digest(), before);
 }
 
 #[test]
 fn stats_track_gauges_and_events() {
-    let table = LockTable::new();
-    let j = NullJournal;
-    granted(table.acquire(req(100, Some("a"), false), t(0), &j));
-    granted(table.acquire(req(100, Some("a"), false), t(0), &j));
-    let (_ticket, _rx) = queued(table.acquire(req(100, None, true), t(0), &j));
-    table.release(N, 1, t(1), &j).unwrap();
-    let stats = table.stats();
+    let mut l = Log::new();
+    l.grant(0, 100, Some("a"));
+    l.grant(0, 100, Some("a"));
+    l.enqueue(0, 100, None);
+    l.release(1, 1).unwrap();
     assert_eq!(
-        stats,
+        l.sm.lock_stats(),
         LockStats {
             names: 1,
             locks_held: 1,
@@ -716,8 +1651,8 @@ fn stats_track_gauges_and_events() {
             notowner_rejections: 0
         }
     );
-    table.release(N, 1, t(1), &j).unwrap();
-    let stats = table.stats();
+    l.release(1, 1).unwrap();
+    let stats = l.sm.lock_stats();
     assert_eq!(
         (
             stats.locks_held,
@@ -727,19 +1662,407 @@ fn stats_track_gauges_and_events() {
         ),
         (1, 0, 3, 2)
     );
+    // A reset keeps the gauges and zeroes the counts.
+    l.sm.reset_stats();
+    assert_eq!(
+        l.sm.lock_stats(),
+        LockStats {
+            names: 1,
+            locks_held: 1,
+            ..LockStats::default()
+        }
+    );
+}
+
+// ------------------------------------------------------------------------- snapshots, first format
+
+#[test]
+fn snapshot_rebuilds_the_same_state() {
+    let mut l = Log::new();
+    l.grant(0, 100, Some("a"));
+    l.grant(0, 200, Some("a"));
+    l.apply(
+        0,
+        Op::Advance {
+            name: name(),
+            token: 10,
+        },
+    );
+    l.apply(
+        0,
+        Op::Advance {
+            name: b("idle"),
+            token: 7,
+        },
+    );
+    let w = l.enqueue(0, 300, Some("b"));
+    l.apply(
+        0,
+        Op::FenceSet {
+            key: b("f"),
+            token: 3,
+            value: b("v"),
+        },
+    );
+    let snapshot = l.sm.snapshot();
+    let digest = l.sm.digest();
+    let status = l.sm.status(N, t(0));
+    assert_eq!((snapshot.position(), snapshot.at()), (l.pos, t(0)));
+    // The live machine goes on; the snapshot keeps the state of its cut.
+    l.release(1, 1).unwrap();
+    l.apply(
+        1,
+        Op::Advance {
+            name: b("idle"),
+            token: 70,
+        },
+    );
+    l.apply(
+        1,
+        Op::Advance {
+            name: b("new"),
+            token: 5,
+        },
+    );
+    let mut got = items(&snapshot);
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            Item::Counter(b"idle".to_vec(), 7),
+            Item::Counter(N.to_vec(), 10),
+            Item::Holding {
+                name: N.to_vec(),
+                first_token: 1,
+                token: 2,
+                holds: 2,
+                owner: Some(b"a".to_vec()),
+                lease_ms: 200,
+                deadline: t(200),
+                grants: vec![]
+            },
+            Item::Waiter {
+                name: N.to_vec(),
+                wait: w,
+                owner: Some(b"b".to_vec()),
+                lease_ms: 300
+            },
+            Item::Fence(b"f".to_vec(), 3, b"v".to_vec()),
+        ]
+    );
+    let mut rebuilt = rebuild(&snapshot);
+    assert_eq!(rebuilt.digest(), digest);
+    assert_eq!(rebuilt.status(N, t(0)), status);
+    assert_eq!(rebuilt.last_token(b"idle"), 7);
+    assert_eq!(rebuilt.last_token(b"new"), 0);
+    assert_eq!(rebuilt.fence_value(b"f"), Some(b("v")));
+    assert_eq!(
+        (rebuilt.position(), rebuilt.time()),
+        (snapshot.position(), t(0))
+    );
+    let stats = rebuilt.lock_stats();
+    assert_eq!((stats.locks_held, stats.waiters), (1, 1));
+    assert!(rebuilt.take_deadline_moved_earlier());
+    assert_eq!(rebuilt.next_deadline(), Some(t(200)));
+    // The rebuilt machine goes on as the live one did.
+    let mut replay = Log {
+        sm: rebuilt,
+        pos: snapshot.position(),
+    };
+    assert_eq!(replay.release(1, 1), Ok(false));
+    assert_eq!(
+        replay
+            .apply(
+                1,
+                Op::Release {
+                    name: name(),
+                    token: 2
+                }
+            )
+            .events,
+        vec![released(2, true), granted(11, Some(w))]
+    );
 }
 
 #[test]
-fn acquire_release_churn_does_not_grow_the_heap() {
-    let table = LockTable::new();
-    let j = NullJournal;
-    for i in 0..100 {
-        let token = granted(table.acquire(req(1000, None, false), t(i), &j));
-        table.release(N, token, t(i), &j).unwrap();
+fn a_snapshot_carries_the_grants_a_cancel_needs() {
+    let mut l = Log::new();
+    l.grant(0, 100, None);
+    let w = l.enqueue(1, 100, None);
+    l.release(2, 1).unwrap();
+    let snapshot = l.sm.snapshot();
+    let mut rebuilt = Log {
+        sm: rebuild(&snapshot),
+        pos: snapshot.position(),
+    };
+    assert_eq!(rebuilt.sm.digest(), l.sm.digest());
+    assert_eq!(rebuilt.cancel(3, w, true), l.cancel(3, w, true));
+    assert_eq!(rebuilt.sm.digest(), l.sm.digest());
+}
+
+#[test]
+fn the_floor_raises_every_counter() {
+    let mut sm = StateMachine::new();
+    sm.restore_begin(0, t(0));
+    sm.restore(&SnapshotItem::Counter {
+        name: b"high",
+        token: 500,
+    });
+    sm.restore(&SnapshotItem::Floor { token: 100 });
+    sm.restore(&SnapshotItem::Floor { token: 50 });
+    sm.restore_end();
+    assert_eq!(sm.token_floor(), 100);
+    assert_eq!(sm.last_token(b"new"), 100);
+    assert_eq!(sm.last_token(b"high"), 500);
+    assert_eq!(sm.status(b"new", t(0)).last_token, 100);
+    let mut l = Log { sm, pos: 0 };
+    assert_eq!(l.grant(0, 10, None), 101);
+    assert_eq!(
+        l.apply(
+            0,
+            Op::Advance {
+                name: b("x"),
+                token: 90
+            }
+        )
+        .result,
+        OpResult::Advance(100)
+    );
+    let got = items(&l.sm.snapshot());
+    assert_eq!(got[0], Item::Floor(100), "the floor comes first");
+    assert!(got.contains(&Item::Counter(b"high".to_vec(), 500)));
+}
+
+#[test]
+fn first_format_records_restore_holdings_and_counters_and_rearm_gives_full_leases() {
+    let owner = Some(b("a"));
+    let records = vec![
+        V1Change::Grant {
+            name: name(),
+            token: 1,
+            first_token: 1,
+            holds: 1,
+            owner: owner.clone(),
+            lease_ms: 100,
+        },
+        V1Change::Grant {
+            name: name(),
+            token: 2,
+            first_token: 1,
+            holds: 2,
+            owner: owner.clone(),
+            lease_ms: 300,
+        },
+        V1Change::Renew {
+            name: name(),
+            lease_ms: 400,
+        },
+        V1Change::Release {
+            name: name(),
+            holds_left: 1,
+        },
+        V1Change::Advance {
+            name: b("idle"),
+            token: 42,
+        },
+        V1Change::Grant {
+            name: b("gone"),
+            token: 1,
+            first_token: 1,
+            holds: 1,
+            owner: None,
+            lease_ms: 5,
+        },
+        V1Change::Expire { name: b("gone") },
+        V1Change::Grant {
+            name: b("forced"),
+            token: 3,
+            first_token: 3,
+            holds: 1,
+            owner: None,
+            lease_ms: 5,
+        },
+        V1Change::ForceRelease { name: b("forced") },
+        V1Change::FenceSet {
+            key: b("f"),
+            token: 3,
+            value: b("v"),
+        },
+        V1Change::Floor { token: 2 },
+    ];
+    let mut sm = StateMachine::new();
+    sm.restore_begin(7, t(4000));
+    for record in &records {
+        sm.restore_v1(record);
     }
-    assert_eq!(table.scheduled_deadlines(), 1);
-    // The stale item pops and leaves nothing behind.
-    assert_eq!(table.expire_due(t(1000), &j), 0);
-    assert_eq!(table.scheduled_deadlines(), 0);
-    assert_eq!(std::mem::size_of::<LockEntry>(), 24);
+    sm.restore_end();
+    assert_eq!((sm.position(), sm.time()), (7, t(4000)));
+    assert_eq!(sm.last_token(N), 2);
+    assert_eq!(sm.last_token(b"idle"), 42);
+    assert_eq!(sm.last_token(b"gone"), 2, "its own 1, raised to the floor");
+    assert_eq!(sm.last_token(b"forced"), 3);
+    assert_eq!(sm.token_floor(), 2);
+    assert_eq!(
+        (sm.fence_value(b"f"), sm.fence_token(b"f")),
+        (Some(b("v")), 3)
+    );
+    assert_eq!(sm.lock_stats().locks_held, 1);
+    // The start re-arms every lease before it serves: the latest lease length from now.
+    let mut l = Log { sm, pos: 7 };
+    assert_eq!(
+        l.apply(5000, Op::Rearm { extra_ms: 0 }),
+        Applied {
+            result: OpResult::Rearm {
+                holdings: 1,
+                waiters: 0
+            },
+            events: vec![]
+        }
+    );
+    assert_eq!(
+        l.sm.status(N, t(5000)),
+        LockStatus {
+            locked: true,
+            token: Some(2),
+            owner,
+            ttl_ms: 400,
+            holds: 1,
+            waiters: 0,
+            last_token: 2
+        }
+    );
+    assert!(!l.sm.status(b"gone", t(5000)).locked);
+    assert!(!l.sm.status(b"forced", t(5000)).locked);
+    assert!(l.sm.take_deadline_moved_earlier());
+    assert_eq!(l.sm.due_leases(t(5399), 16), vec![]);
+    assert_eq!(l.expire_due(5400).result, OpResult::Expire(1));
+    assert_eq!(l.sm.lock_stats().locks_held, 0);
+    // Tokens go on from the restored counter.
+    assert_eq!(l.grant(5400, 10, None), 3);
+}
+
+/// Core bug: a re-arm emits its events in the order the table iterates, and two names in the
+/// same shard iterate in an order that depends on the shard's per-process hash seed (and on
+/// its history), so two machines that applied the same log can emit a re-arm's `WaitEnded`
+/// events in different orders.
+#[test]
+fn rearm_events_are_the_same_on_every_machine() {
+    // Names that fall into one shard.
+    let shard = crate::shards::shard_of(b"a");
+    let names: Vec<Bytes> = (0..10_000)
+        .map(|i| Bytes::from(format!("n{i}")))
+        .filter(|n| crate::shards::shard_of(n) == shard)
+        .take(3)
+        .chain([b("a")])
+        .collect();
+    let run = || {
+        let mut sm = StateMachine::new();
+        let mut pos = 0;
+        for name in &names {
+            for wait in [false, true] {
+                pos += 1;
+                let op = Op::Acquire {
+                    name: name.clone(),
+                    lease_ms: 100,
+                    owner: None,
+                    wait,
+                };
+                sm.apply(pos, t(0), &op);
+            }
+        }
+        sm.apply(pos + 1, t(1), &Op::Rearm { extra_ms: 0 }).events
+    };
+    let first = run();
+    for _ in 0..20 {
+        assert_eq!(run(), first);
+    }
+}
+
+/// Core bug: when some entries were visited in the first pass without being picked (used
+/// recently) and the second pass goes round again, the unmarked entries already picked in the
+/// first pass are picked a second time.
+#[test]
+fn idle_candidates_are_distinct() {
+    let mut l = Log::new();
+    let names: Vec<Bytes> = (0..10).map(|i| Bytes::from(format!("n{i}"))).collect();
+    for name in &names {
+        l.apply(
+            0,
+            Op::Advance {
+                name: name.clone(),
+                token: 5,
+            },
+        );
+    }
+    // A pass that only unmarks (one candidate is asked for and not forgotten).
+    assert_eq!(l.sm.idle_candidates(9, 100).len(), 1);
+    // Half the names are used again.
+    for name in &names[..5] {
+        l.apply(
+            0,
+            Op::Advance {
+                name: name.clone(),
+                token: 6,
+            },
+        );
+    }
+    let picked = l.sm.idle_candidates(2, 100);
+    let mut distinct = picked.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), picked.len(), "picked {picked:?}");
+}
+
+#[test]
+fn rearm_expires_a_lease_that_had_run_out_before_it() {
+    let mut l = Log::new();
+    l.grant_on(b"a", 0, 10, None);
+    l.grant_on(b"b", 0, 1_000, None);
+    let applied = l.apply(100, Op::Rearm { extra_ms: 0 });
+    assert_eq!(
+        applied.result,
+        OpResult::Rearm {
+            holdings: 1,
+            waiters: 0
+        }
+    );
+    assert_eq!(
+        applied.events,
+        vec![Event::Expired {
+            name: b("a"),
+            token: 1
+        }]
+    );
+    assert_eq!(l.sm.ttl(b"a", t(100)), -2);
+    assert_eq!(l.sm.ttl(b"b", t(100)), 1_000);
+}
+
+#[test]
+fn a_name_at_the_token_cap_is_never_forgotten() {
+    let mut l = Log::new();
+    l.apply(
+        0,
+        Op::Advance {
+            name: b("cap"),
+            token: MAX_TOKEN,
+        },
+    );
+    l.apply(
+        0,
+        Op::Advance {
+            name: b("low"),
+            token: 3,
+        },
+    );
+    assert_eq!(l.sm.idle_candidates(1, 10), vec![b("low")]);
+    let forgotten = l.apply(
+        1,
+        Op::Forget {
+            names: vec![b("cap"), b("low")],
+        },
+    );
+    assert_eq!(forgotten.result, OpResult::Forget(1));
+    // The floor did not reach the cap: other names can still be granted.
+    assert_eq!(l.sm.token_floor(), 3);
+    assert_eq!(l.grant_on(b"other", 2, 100, None), 4);
 }

@@ -9,12 +9,17 @@ use std::hash::{Hash, Hasher};
 const INLINE: usize = 22;
 
 #[derive(Clone)]
-pub(super) enum Name {
+pub(crate) enum Name {
     Inline { len: u8, bytes: [u8; INLINE] },
     Boxed(Box<[u8]>),
 }
 
 impl Name {
+    /// Whether a name of these bytes lives inside the key (no allocation).
+    pub fn is_inline(name: &[u8]) -> bool {
+        name.len() <= INLINE
+    }
+
     pub fn as_bytes(&self) -> &[u8] {
         match self {
             Name::Inline { len, bytes } => &bytes[..*len as usize],

@@ -1,0 +1,42 @@
+//! Events: what applying an op changed, as values. The server wakes blocked connections from
+//! them, and pub/sub and metrics read the same stream.
+
+use bytes::Bytes;
+
+use crate::WaitId;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A holding was granted or reentered: `token` is the new token. `wait` names the queued
+    /// waiter it went to; `None` when the acquire itself was answered with the token.
+    Granted {
+        name: Bytes,
+        token: u64,
+        wait: Option<WaitId>,
+    },
+    /// A lease was reset; `token` is the holding's latest token.
+    Renewed {
+        name: Bytes,
+        token: u64,
+    },
+    /// A hold was released (`free`: the holding is gone).
+    Released {
+        name: Bytes,
+        token: u64,
+        free: bool,
+    },
+    Expired {
+        name: Bytes,
+        token: u64,
+    },
+    ForceReleased {
+        name: Bytes,
+        token: u64,
+    },
+    /// A queued waiter left the queue without being granted (cancelled, or dropped by a
+    /// re-arm).
+    WaitEnded {
+        name: Bytes,
+        wait: WaitId,
+    },
+}

@@ -1,0 +1,37 @@
+//! One item of a snapshot: a piece of state that rebuilds itself (see [`crate::Snapshot`]).
+
+use crate::{Millis, WaitId};
+
+/// One piece of state. Borrowed, so that writing a snapshot of ten million names copies no
+/// name, and reading one decodes in place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SnapshotItem<'a> {
+    /// Every name's counter is at least `token`.
+    Floor { token: u64 },
+    /// The name's counter is at least `token`.
+    Counter { name: &'a [u8], token: u64 },
+    /// The name is held: tokens `first_token..=token` belong to the holding.
+    Holding {
+        name: &'a [u8],
+        first_token: u64,
+        token: u64,
+        holds: u32,
+        owner: Option<&'a [u8]>,
+        lease_ms: u64,
+        deadline: Millis,
+        grants: Vec<(WaitId, u64)>,
+    },
+    /// A queued waiter; a name's waiters come in queue order.
+    Waiter {
+        name: &'a [u8],
+        wait: WaitId,
+        owner: Option<&'a [u8]>,
+        lease_ms: u64,
+    },
+    /// A fence key's highest accepted token and its value.
+    Fence {
+        key: &'a [u8],
+        token: u64,
+        value: &'a [u8],
+    },
+}

@@ -1,0 +1,303 @@
+//! The state machine: locks and fences, changed only by [`StateMachine::apply`].
+
+use bytes::Bytes;
+
+use crate::fence::FenceRegister;
+use crate::item::SnapshotItem;
+use crate::snapshot::Snapshot;
+use crate::table::{Acquire, LockTable, V1HoldingChange};
+use crate::{
+    AcquireResult, Event, FenceStats, HoldingRef, LockStats, LockStatus, Millis, Op, OpResult,
+    V1Change, WaitId,
+};
+
+/// The result of one op and the events it caused, in the order they happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub result: OpResult,
+    pub events: Vec<Event>,
+}
+
+/// Everything the server keeps: locks and fences, plus the position and time of the last op
+/// applied. Reads take `&self`; only `apply` and the restore methods change state.
+#[derive(Default)]
+pub struct StateMachine {
+    locks: LockTable,
+    fences: FenceRegister,
+    /// Position of the last op applied (or restored from a snapshot).
+    position: u64,
+    /// The latest op time seen: log time never goes back.
+    at: Millis,
+}
+
+impl StateMachine {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies `op`, at log `position`, taking effect at `at`. Deterministic: the same ops with
+    /// the same positions and times give the same state and results on any machine.
+    pub fn apply(&mut self, position: u64, at: Millis, op: &Op) -> Applied {
+        let mut events = Vec::new();
+        let result = self.apply_in_entry(position, 0, at, op, &mut events);
+        Applied { result, events }
+    }
+
+    /// As [`Self::apply`], for op `index` of a log entry that holds several (a transaction):
+    /// its wait id is `(position, index)`. Events are appended to `events`.
+    pub fn apply_in_entry(
+        &mut self,
+        position: u64,
+        index: u32,
+        at: Millis,
+        op: &Op,
+        events: &mut Vec<Event>,
+    ) -> OpResult {
+        self.position = self.position.max(position);
+        self.at = self.at.max(at);
+        let locks = &mut self.locks;
+        match op {
+            Op::Acquire {
+                name,
+                lease_ms,
+                owner,
+                wait,
+            } => {
+                let request = Acquire {
+                    wait_id: WaitId { position, index },
+                    owner,
+                    lease_ms: *lease_ms,
+                    wait: *wait,
+                };
+                OpResult::Acquire(locks.acquire(name, request, at, events))
+            }
+            Op::Renew {
+                name,
+                token,
+                lease_ms,
+            } => OpResult::Renew(locks.renew(name, *token, *lease_ms, at, events)),
+            Op::Release { name, token } => {
+                OpResult::Release(locks.release(name, *token, at, events))
+            }
+            Op::ForceRelease { name } => {
+                OpResult::ForceRelease(locks.force_release(name, at, events))
+            }
+            Op::Advance { name, token } => OpResult::Advance(locks.advance(name, *token, events)),
+            Op::FenceSet { key, token, value } => {
+                OpResult::FenceSet(self.fences.set(key, *token, value))
+            }
+            Op::CancelWait {
+                name,
+                wait,
+                release_if_granted,
+            } => OpResult::CancelWait(locks.cancel_wait(
+                name,
+                *wait,
+                *release_if_granted,
+                at,
+                events,
+            )),
+            Op::Expire { leases } => OpResult::Expire(
+                leases
+                    .iter()
+                    .filter(|lease| locks.expire(lease, at, events))
+                    .count(),
+            ),
+            Op::Rearm { extra_ms } => {
+                let (holdings, waiters) = locks.rearm(*extra_ms, at, events);
+                OpResult::Rearm { holdings, waiters }
+            }
+            Op::Forget { names } => OpResult::Forget(locks.forget(names)),
+            Op::BumpAll { by } => OpResult::BumpAll(locks.bump_all(*by)),
+        }
+    }
+
+    /// Position of the last op applied (or of the snapshot restored).
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// The latest op time applied: a proposer's clock must not start below it.
+    pub fn time(&self) -> Millis {
+        self.at
+    }
+
+    // ------------------------------------------------------------------------- reads
+
+    /// A read at `now`: a lease past its deadline is reported free although its expiry has not
+    /// been applied yet.
+    pub fn status(&self, name: &[u8], now: Millis) -> LockStatus {
+        self.locks.status(name, now)
+    }
+
+    /// The name's counter: the highest token issued or advanced to, 0 if none.
+    pub fn last_token(&self, name: &[u8]) -> u64 {
+        self.locks.last_token(name)
+    }
+
+    /// Milliseconds left on the lease at `now`, -2 when not held (like PTTL).
+    pub fn ttl(&self, name: &[u8], now: Millis) -> i64 {
+        self.locks.ttl(name, now)
+    }
+
+    pub fn fence_value(&self, key: &[u8]) -> Option<Bytes> {
+        self.fences.get(key)
+    }
+
+    /// The highest token the fence key accepted, 0 if none.
+    pub fn fence_token(&self, key: &[u8]) -> u64 {
+        self.fences.token(key)
+    }
+
+    /// Every name's counter is at least this.
+    pub fn token_floor(&self) -> u64 {
+        self.locks.floor
+    }
+
+    pub fn lock_stats(&self) -> LockStats {
+        self.locks.stats()
+    }
+
+    pub fn fence_stats(&self) -> FenceStats {
+        self.fences.stats()
+    }
+
+    /// Zeroes the event counts (not the gauges): after a replay, so INFO counts this run.
+    pub fn reset_stats(&mut self) {
+        let c = &mut self.locks.counters;
+        *c = crate::table::Counters {
+            locks_held: c.locks_held,
+            waiters: c.waiters,
+            ..Default::default()
+        };
+        self.fences.reset_stats();
+    }
+
+    /// An order-independent digest of the replicated state: equal on every machine that
+    /// applied the same log (or a snapshot of it and the rest), whatever its history.
+    pub fn digest(&self) -> u64 {
+        self.locks
+            .digest()
+            .wrapping_mul(31)
+            .wrapping_add(self.fences.digest())
+            .wrapping_mul(31)
+            .wrapping_add(self.position)
+    }
+
+    // ------------------------------------------------------------------------- timers
+
+    /// The earliest lease deadline in the index (it may be stale).
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.locks.next_deadline()
+    }
+
+    /// Whether an apply since the last call scheduled a deadline earlier than all others (the
+    /// expiry task must wake). Clears the flag.
+    pub fn take_deadline_moved_earlier(&mut self) -> bool {
+        self.locks.take_deadline_moved_earlier()
+    }
+
+    /// The holdings whose leases are due at `now` (at most `limit`), for the expiry task to
+    /// propose as one [`Op::Expire`]. Changes only the deadline index, not the state.
+    pub fn due_leases(&mut self, now: Millis, limit: usize) -> Vec<HoldingRef> {
+        self.locks.due_leases(now, limit)
+    }
+
+    /// Items in the deadline index, stale ones included.
+    pub fn scheduled_deadlines(&self) -> usize {
+        self.locks.scheduled_deadlines()
+    }
+
+    /// Idle names to forget (at most `limit`) once more than `max_idle` are kept, least recently
+    /// used first; propose them as [`Op::Forget`]. Changes only recency marks, not the state.
+    pub fn idle_candidates(&mut self, max_idle: usize, limit: usize) -> Vec<Bytes> {
+        self.locks.idle_candidates(max_idle, limit)
+    }
+
+    /// Whether a re-arm has anything to do (a start proposes one only then).
+    pub fn has_holdings_or_waiters(&self) -> bool {
+        let stats = self.locks.stats();
+        stats.locks_held > 0 || stats.waiters > 0
+    }
+
+    // ------------------------------------------------------------------------- snapshots
+
+    /// The state now, detached: costs a copy of the shard pointers, so it can be taken under
+    /// the machine's lock and written out while apply goes on.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            position: self.position,
+            at: self.at,
+            locks: self.locks.cut(),
+            fences: self.fences.clone(),
+        }
+    }
+
+    /// Starts restoring a snapshot taken at `position` and `at` into an empty machine.
+    pub fn restore_begin(&mut self, position: u64, at: Millis) {
+        self.position = position;
+        self.at = at;
+    }
+
+    pub fn restore(&mut self, item: &SnapshotItem<'_>) {
+        match item {
+            SnapshotItem::Fence { key, token, value } => self.fences.restore(key, *token, value),
+            other => self.locks.restore(other),
+        }
+    }
+
+    /// Replays one record of a first-format file. That format kept no deadlines: its holdings
+    /// come back with a deadline at the end of time, and the start that loads such a file
+    /// re-arms every lease ([`Op::Rearm`]) before serving.
+    pub fn restore_v1(&mut self, change: &V1Change) {
+        match change {
+            V1Change::Grant {
+                name,
+                token,
+                first_token,
+                holds,
+                owner,
+                lease_ms,
+            } => self.locks.restore(&SnapshotItem::Holding {
+                name,
+                first_token: *first_token,
+                token: *token,
+                holds: *holds,
+                owner: owner.as_deref(),
+                lease_ms: *lease_ms,
+                deadline: Millis(u64::MAX),
+                grants: Vec::new(),
+            }),
+            V1Change::Renew { name, lease_ms } => self
+                .locks
+                .restore_v1_holding(name, V1HoldingChange::Lease(*lease_ms)),
+            V1Change::Release { name, holds_left } => self
+                .locks
+                .restore_v1_holding(name, V1HoldingChange::HoldsLeft(*holds_left)),
+            V1Change::Expire { name } | V1Change::ForceRelease { name } => {
+                self.locks.restore_v1_holding(name, V1HoldingChange::Remove)
+            }
+            V1Change::Advance { name, token } => self.locks.restore(&SnapshotItem::Counter {
+                name,
+                token: *token,
+            }),
+            V1Change::FenceSet { key, token, value } => self.fences.restore(key, *token, value),
+            V1Change::Floor { token } => self.locks.restore(&SnapshotItem::Floor { token: *token }),
+        }
+    }
+
+    /// Ends a restore: rebuilds the deadline index from the holdings.
+    pub fn restore_end(&mut self) {
+        self.locks.rebuild_deadlines();
+    }
+}
+
+/// A plain acquire result's token, for tests and callers that only want it.
+impl AcquireResult {
+    pub fn token(self) -> Option<u64> {
+        match self {
+            AcquireResult::Granted(token) => Some(token),
+            _ => None,
+        }
+    }
+}

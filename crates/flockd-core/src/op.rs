@@ -1,0 +1,145 @@
+//! Operations: what a log carries into the state machine, and what applying one gives back.
+//!
+//! One variant per state-changing command, plus the system operations that keep time-driven
+//! and housekeeping changes in the log too (expiring leases, cancelling a wait, re-arming
+//! leases after a start or a leader change, forgetting idle names, bumping every counter).
+//! An op says what was asked, not what happened: applying it decides, from the state and the
+//! op's time alone.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::LockError;
+
+/// Identifies one queued waiter: the log position of the op that queued it and the op's index
+/// within its entry (a transaction puts several ops in one entry). Unique for the whole life of
+/// a log, on every machine that applies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct WaitId {
+    pub position: u64,
+    pub index: u32,
+}
+
+/// Identifies one holding of a lock: its name and the first token it was granted. Every later
+/// token of a reentrant holding is higher, so `first_token` stays the holding's id while
+/// `token` grows.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HoldingRef {
+    pub name: Bytes,
+    pub first_token: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// FLOCK.ACQUIRE. `wait`: queue when the lock is held (the wait's deadline is the
+    /// proposer's; it proposes [`Op::CancelWait`] when it gives up).
+    Acquire {
+        name: Bytes,
+        lease_ms: u64,
+        owner: Option<Bytes>,
+        wait: bool,
+    },
+    /// FLOCK.RENEW: reset the lease of the holding `token` belongs to.
+    Renew {
+        name: Bytes,
+        token: u64,
+        lease_ms: u64,
+    },
+    /// FLOCK.RELEASE: remove one hold of the holding `token` belongs to.
+    Release { name: Bytes, token: u64 },
+    /// FLOCK.FORCERELEASE: remove the holding, whatever its holds.
+    ForceRelease { name: Bytes },
+    /// FLOCK.ADVANCE: the name's counter becomes at least `token`.
+    Advance { name: Bytes, token: u64 },
+    /// FENCE.SET: store `value` if `token` is not below the key's highest accepted token.
+    FenceSet {
+        key: Bytes,
+        token: u64,
+        value: Bytes,
+    },
+    /// A waiter gave up: its wait timed out (`release_if_granted: false`, the client is told
+    /// the token if the grant won the race) or its connection closed (`true`: a grant that won
+    /// the race is released, so a closed connection never keeps a lock).
+    CancelWait {
+        name: Bytes,
+        wait: WaitId,
+        release_if_granted: bool,
+    },
+    /// The expiry task found these leases due at the op's time. Each one expires only if that
+    /// holding is still there and its deadline is not after the op's time (a renewal or a
+    /// release may have come first).
+    Expire { leases: Vec<HoldingRef> },
+    /// After a start or a leader change: every holding's deadline becomes the op's time plus its
+    /// latest lease length plus `extra_ms`, and every queued waiter is dropped (the connections
+    /// that waited are gone, or will queue again).
+    Rearm { extra_ms: u64 },
+    /// Forget these names if they are still idle (free, nobody waiting), raising the global
+    /// floor to their counters first, so their next tokens are still higher.
+    Forget { names: Vec<Bytes> },
+    /// Raise every counter, and the floor, by `by` (after restoring an old file).
+    BumpAll { by: u64 },
+}
+
+impl Op {
+    /// The lock name or fence key the op is about, if it is about one.
+    pub fn key(&self) -> Option<&Bytes> {
+        match self {
+            Op::Acquire { name, .. }
+            | Op::Renew { name, .. }
+            | Op::Release { name, .. }
+            | Op::ForceRelease { name }
+            | Op::Advance { name, .. }
+            | Op::CancelWait { name, .. } => Some(name),
+            Op::FenceSet { key, .. } => Some(key),
+            Op::Expire { .. } | Op::Rearm { .. } | Op::Forget { .. } | Op::BumpAll { .. } => None,
+        }
+    }
+}
+
+/// What FLOCK.ACQUIRE got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AcquireResult {
+    /// Granted now (first or reentrant acquire): the token.
+    Granted(u64),
+    /// Held by someone else and the request did not ask to wait (or the counter is exhausted).
+    Busy,
+    /// Queued. An [`crate::Event::Granted`] with this wait id hands it the lock later.
+    Queued(WaitId),
+}
+
+/// What cancelling a wait found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelResult {
+    /// The waiter was not queued any more, or is gone now: it holds nothing.
+    Removed,
+    /// The lock had been handed to this waiter with this token before the cancel, and that
+    /// holding is still current. With `release_if_granted` it has been released now.
+    AlreadyGranted(u64),
+}
+
+/// The result of applying one op, one variant per op.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OpResult {
+    Acquire(AcquireResult),
+    Renew(Result<(), LockError>),
+    /// `Ok(true)`: the lock is free now; `Ok(false)`: a reentrant hold remains.
+    Release(Result<bool, LockError>),
+    /// Whether a holding was removed.
+    ForceRelease(bool),
+    /// The name's counter after the op.
+    Advance(u64),
+    /// Whether the value was stored.
+    FenceSet(bool),
+    CancelWait(CancelResult),
+    /// How many leases expired.
+    Expire(usize),
+    /// How many holdings were re-armed and how many waiters dropped.
+    Rearm {
+        holdings: usize,
+        waiters: usize,
+    },
+    /// How many names were forgotten.
+    Forget(usize),
+    /// How many names were bumped.
+    BumpAll(usize),
+}

@@ -1,0 +1,58 @@
+//! Admission: the one step every request passes before it runs, whatever its kind. Lookup,
+//! authentication, arity and argument parsing, and for state changes whether the log can take
+//! them (MISCONF). ACL and cluster checks go here too.
+
+use flockd_proto::{Reply, Request};
+
+use super::Shared;
+use super::context::ConnState;
+use super::stats;
+use crate::commands::{self, Command, CommandError, IS_STATE, TABLE};
+
+pub enum Admitted {
+    /// Run it: the command's table index and the typed command.
+    Command { index: usize, command: Command },
+    /// Refused with this reply (the connection stays open).
+    Refused(Reply),
+}
+
+pub fn admit(shared: &Shared, conn: &ConnState, request: Request) -> Admitted {
+    stats::bump(&shared.stats.commands_processed, 1);
+    let Some(index) = commands::lookup(&request.args[0]) else {
+        stats::bump(&shared.stats.unknown_commands, 1);
+        if !conn.authenticated {
+            return refuse(CommandError::NoAuth);
+        }
+        return Admitted::Refused(commands::unknown_command(&request.args));
+    };
+    let meta = &TABLE[index];
+    let stat = &shared.stats.commands[index];
+    if !conn.authenticated && !meta.flags.no_auth {
+        stats::bump(&stat.rejected, 1);
+        return refuse(CommandError::NoAuth);
+    }
+    let command = match commands::parse(index, request.args, shared.arg_limits) {
+        Ok(command) => command,
+        Err(e) => {
+            stats::bump(&stat.rejected, 1);
+            return refuse(e);
+        }
+    };
+    if meta.flags.write
+        && let Err(e) = shared.log.check_writable()
+    {
+        stats::bump(&stat.rejected, 1);
+        return refuse(CommandError::from(e));
+    }
+    Admitted::Command { index, command }
+}
+
+/// Whether the command at `index` runs at once (a connection command or a read) rather than
+/// through the log.
+pub fn is_local(index: usize) -> bool {
+    !IS_STATE[index]
+}
+
+fn refuse(error: CommandError) -> Admitted {
+    Admitted::Refused(Reply::error(error.to_string()))
+}

@@ -1,0 +1,84 @@
+//! The state machine as the server runs it: the one [`StateMachine`], applied to by whoever
+//! commits a batch of the log, read by every connection. Applying a batch also routes its
+//! events: grants to the parked connections that waited for them, an earlier lease deadline to
+//! the expiry task (and later pub/sub and metrics from the same stream).
+
+use flockd_aof::{Applier, Entry};
+use flockd_core::{AcquireResult, Event, Op, OpResult, Snapshot, StateMachine};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use tokio::sync::Notify;
+
+use super::waiters::WaitRegistry;
+
+pub struct StateHost {
+    machine: RwLock<StateMachine>,
+    pub waits: WaitRegistry,
+    /// Woken when an applied op scheduled a lease deadline earlier than all others.
+    pub expiry_wake: Notify,
+}
+
+impl StateHost {
+    pub fn new(machine: StateMachine) -> StateHost {
+        StateHost {
+            machine: RwLock::new(machine),
+            waits: WaitRegistry::default(),
+            expiry_wake: Notify::new(),
+        }
+    }
+
+    /// For reads: the applied state (every acknowledged change, nothing unacknowledged).
+    pub fn read(&self) -> RwLockReadGuard<'_, StateMachine> {
+        self.machine.read()
+    }
+
+    /// For the timer tasks' bookkeeping (the deadline index, recency marks), never for state.
+    pub fn index(&self) -> RwLockWriteGuard<'_, StateMachine> {
+        self.machine.write()
+    }
+
+    fn route(&self, events: &mut Vec<Event>) {
+        for event in events.drain(..) {
+            match event {
+                Event::Granted {
+                    wait: Some(wait),
+                    token,
+                    ..
+                } => self.waits.granted(wait, token),
+                Event::WaitEnded { wait, .. } => self.waits.ended(wait),
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Applier for StateHost {
+    fn apply(&self, entries: &[Entry], results: &mut Vec<Vec<OpResult>>) {
+        let mut events = Vec::new();
+        let mut machine = self.machine.write();
+        for entry in entries {
+            let mut entry_results = Vec::with_capacity(entry.ops.len());
+            for (index, op) in entry.ops.iter().enumerate() {
+                let result =
+                    machine.apply_in_entry(entry.position, index as u32, entry.at, op, &mut events);
+                match (&result, op) {
+                    (OpResult::Acquire(AcquireResult::Queued(wait)), _) => self.waits.queued(*wait),
+                    // A cancel ends the wait whatever it found: nobody claims it any more.
+                    (_, Op::CancelWait { wait, .. }) => self.waits.ended(*wait),
+                    _ => {}
+                }
+                entry_results.push(result);
+                self.route(&mut events);
+            }
+            results.push(entry_results);
+        }
+        let wake = machine.take_deadline_moved_earlier();
+        drop(machine);
+        if wake {
+            self.expiry_wake.notify_one();
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.machine.read().snapshot()
+    }
+}
