@@ -376,6 +376,12 @@ fn command_introspection() {
         "fence.set",
         "fence.get",
         "fence.token",
+        "monitor",
+        "multi",
+        "exec",
+        "discard",
+        "watch",
+        "unwatch",
     ];
     for name in expected_names {
         assert!(

@@ -66,6 +66,22 @@ pub enum CommandError {
     DbIndexOutOfRange,
     #[error("ERR No shutdown in progress.")]
     NoShutdownInProgress,
+    #[error("ERR MULTI calls can not be nested")]
+    NestedMulti,
+    #[error("ERR EXEC without MULTI")]
+    ExecWithoutMulti,
+    #[error("ERR DISCARD without MULTI")]
+    DiscardWithoutMulti,
+    #[error("EXECABORT Transaction discarded because of previous errors.")]
+    ExecAbort,
+    #[error("ERR Command not allowed inside a transaction")]
+    NotInMulti,
+    #[error("ERR WATCH inside MULTI is not allowed")]
+    WatchInsideMulti,
+    #[error(
+        "ERR WATCH is not supported by flockd: make a change conditional with a lock's token (FENCE.SET) or put it in one MULTI/EXEC, which applies atomically"
+    )]
+    WatchUnsupported,
     /// BGREWRITEAOF refused (one runs already, or the AOF is stopping).
     #[error("ERR {0}")]
     Rewrite(String),

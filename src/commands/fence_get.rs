@@ -3,8 +3,9 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::context::{CommandResult, Ctx, reply};
+use flockd_core::{Op, OpResult, Read};
+
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
 
 #[derive(Debug)]
 pub struct FenceGet {
@@ -31,12 +32,15 @@ impl CommandDef for FenceGet {
     }
 }
 
-impl LocalCommand for FenceGet {
-    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        reply(
-            ctx.machine()
-                .fence_value(&self.key)
-                .map_or(Reply::Null, Reply::Bulk),
-        )
+impl StateCommand for FenceGet {
+    fn into_op(self) -> Op {
+        Op::Read(Read::FenceGet { key: self.key })
+    }
+
+    fn reply(result: OpResult) -> Result<Reply, CommandError> {
+        match result {
+            OpResult::FenceValue(value) => Ok(value.map_or(Reply::Null, Reply::Bulk)),
+            other => Err(unexpected(&other)),
+        }
     }
 }

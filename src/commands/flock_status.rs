@@ -4,8 +4,9 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::context::{CommandResult, Ctx, reply};
+use flockd_core::{Op, OpResult, Read};
+
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
 
 #[derive(Debug)]
 pub struct FlockStatus {
@@ -32,12 +33,18 @@ impl CommandDef for FlockStatus {
     }
 }
 
-impl LocalCommand for FlockStatus {
-    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let s = ctx.machine().status(&self.name, ctx.now);
+impl StateCommand for FlockStatus {
+    fn into_op(self) -> Op {
+        Op::Read(Read::Status { name: self.name })
+    }
+
+    fn reply(result: OpResult) -> Result<Reply, CommandError> {
+        let OpResult::Status(name, s) = result else {
+            return Err(unexpected(&result));
+        };
         let field = |name: &'static str, value: Reply| (Reply::bulk(name), value);
-        reply(Reply::Map(vec![
-            field("name", Reply::Bulk(self.name)),
+        Ok(Reply::Map(vec![
+            field("name", Reply::Bulk(name)),
             field("locked", Reply::Integer(s.locked.into())),
             field(
                 "token",

@@ -3,8 +3,9 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::context::{CommandResult, Ctx, reply};
+use flockd_core::{Op, OpResult, Read};
+
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
 
 #[derive(Debug)]
 pub struct FlockToken {
@@ -31,8 +32,15 @@ impl CommandDef for FlockToken {
     }
 }
 
-impl LocalCommand for FlockToken {
-    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        reply(Reply::Integer(ctx.machine().last_token(&self.name) as i64))
+impl StateCommand for FlockToken {
+    fn into_op(self) -> Op {
+        Op::Read(Read::Token { name: self.name })
+    }
+
+    fn reply(result: OpResult) -> Result<Reply, CommandError> {
+        match result {
+            OpResult::Token(token) => Ok(Reply::Integer(token as i64)),
+            other => Err(unexpected(&other)),
+        }
     }
 }

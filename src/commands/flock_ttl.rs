@@ -3,8 +3,9 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::context::{CommandResult, Ctx, reply};
+use flockd_core::{Op, OpResult, Read};
+
+use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
 
 #[derive(Debug)]
 pub struct FlockTtl {
@@ -31,8 +32,15 @@ impl CommandDef for FlockTtl {
     }
 }
 
-impl LocalCommand for FlockTtl {
-    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        reply(Reply::Integer(ctx.machine().ttl(&self.name, ctx.now)))
+impl StateCommand for FlockTtl {
+    fn into_op(self) -> Op {
+        Op::Read(Read::Ttl { name: self.name })
+    }
+
+    fn reply(result: OpResult) -> Result<Reply, CommandError> {
+        match result {
+            OpResult::Ttl(ttl) => Ok(Reply::Integer(ttl)),
+            other => Err(unexpected(&other)),
+        }
     }
 }

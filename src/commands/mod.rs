@@ -2,8 +2,9 @@
 //! command), then one of two kinds:
 //! - a **state** command ([`StateCommand`]) becomes an [`flockd_core::Op`] and formats the
 //!   result of applying it: it never touches the state itself;
-//! - a **local** command ([`LocalCommand`]) runs at once against its connection, the server, or
-//!   a read of the applied state.
+//! - a **read** has an op and a reply too, but outside a transaction it runs at once against
+//!   the applied state, without the log;
+//! - a **local** command ([`LocalCommand`]) runs at once against its connection or the server.
 //!
 //! The [`command_table!`] below is the single list of commands: it generates the [`Command`]
 //! enum, the metadata table that drives lookup, arity errors and `COMMAND` output, and the
@@ -36,9 +37,11 @@ mod flock_token;
 mod flock_ttl;
 mod hello;
 mod info;
+mod monitor;
+pub mod multi;
 mod ping;
 mod quit;
-mod reset;
+pub mod reset;
 mod select;
 mod shutdown;
 mod time;
@@ -51,7 +54,7 @@ use flockd_proto::Reply;
 
 use flockd_core::{Op, OpResult};
 
-use crate::server::context::{CommandResult, Ctx, Proposal};
+use crate::server::context::{CommandResult, Ctx, Outcome, Proposal};
 
 /// What every command file provides.
 pub trait CommandDef: Sized {
@@ -90,22 +93,52 @@ macro_rules! dispatch {
     (local, $cmd:expr, $ctx:expr, $ty:ty) => {
         Execution::Local(LocalCommand::run($cmd, $ctx))
     };
-    (state, $cmd:expr, $ctx:expr, $ty:ty) => {{
-        let cmd = $cmd;
-        Execution::State(Proposal {
-            wait_ms: StateCommand::wait_ms(&cmd),
-            op: StateCommand::into_op(cmd),
-            reply: <$ty as StateCommand>::reply,
-        })
-    }};
+    (read, $cmd:expr, $ctx:expr, $ty:ty) => {
+        Execution::Local(read_now($cmd, $ctx))
+    };
+    (state, $cmd:expr, $ctx:expr, $ty:ty) => {
+        Execution::State(proposal::<$ty>($cmd))
+    };
+}
+
+/// In a transaction, state commands and reads become ops of the transaction's one entry; local
+/// commands stay themselves (they run after it).
+macro_rules! transact {
+    (local, $variant:ident, $cmd:expr, $ty:ty) => {
+        Err(Command::$variant($cmd))
+    };
+    ($kind:ident, $variant:ident, $cmd:expr, $ty:ty) => {
+        Ok(proposal::<$ty>($cmd))
+    };
+}
+
+fn proposal<T: StateCommand>(cmd: T) -> Proposal {
+    Proposal {
+        wait_ms: cmd.wait_ms(),
+        op: cmd.into_op(),
+        reply: T::reply,
+    }
+}
+
+/// A read runs at once against the applied state, with the same op and reply it has inside a
+/// transaction.
+fn read_now<T: StateCommand>(cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
+    let op = cmd.into_op();
+    let Op::Read(read) = &op else {
+        return Err(CommandError::UnexpectedResult(format!(
+            "{op:?} is not a read"
+        )));
+    };
+    let result = ctx.machine().read(read, ctx.now);
+    T::reply(result).map(Outcome::Reply)
 }
 
 macro_rules! kind_is_state {
-    (local) => {
-        false
-    };
     (state) => {
         true
+    };
+    ($other:ident) => {
+        false
     };
 }
 
@@ -127,10 +160,18 @@ macro_rules! command_table {
         static PARSERS: &[Parser] = &[$(|args| <$ty as CommandDef>::parse(args).map(Command::$variant),)*];
 
         impl Command {
-            /// Runs a local command, or turns a state command into its proposal.
+            /// Runs a local command or a read, or turns a state command into its proposal.
             pub fn execute(self, ctx: &mut Ctx<'_>) -> Execution {
                 match self {
                     $(Command::$variant(cmd) => dispatch!($kind, cmd, ctx, $ty),)*
+                }
+            }
+
+            /// The op this command is inside a transaction, or the command itself if it has
+            /// none (it then runs on its own, after the transaction's entry).
+            pub fn into_transaction(self) -> Result<Proposal, Command> {
+                match self {
+                    $(Command::$variant(cmd) => transact!($kind, $variant, cmd, $ty),)*
                 }
             }
         }
@@ -152,17 +193,23 @@ command_table! {
     local Time => time::Time,
     local BgRewriteAof => bgrewriteaof::BgRewriteAof,
     local Shutdown => shutdown::Shutdown,
+    local Monitor => monitor::Monitor,
+    local Multi => multi::Multi,
+    local Exec => multi::Exec,
+    local Discard => multi::Discard,
+    local Watch => multi::Watch,
+    local Unwatch => multi::Unwatch,
     state FlockAcquire => flock_acquire::FlockAcquire,
     state FlockRenew => flock_renew::FlockRenew,
     state FlockRelease => flock_release::FlockRelease,
-    local FlockStatus => flock_status::FlockStatus,
-    local FlockToken => flock_token::FlockToken,
-    local FlockTtl => flock_ttl::FlockTtl,
+    read FlockStatus => flock_status::FlockStatus,
+    read FlockToken => flock_token::FlockToken,
+    read FlockTtl => flock_ttl::FlockTtl,
     state FlockForceRelease => flock_forcerelease::FlockForceRelease,
     state FlockAdvance => flock_advance::FlockAdvance,
     state FenceSet => fence_set::FenceSet,
-    local FenceGet => fence_get::FenceGet,
-    local FenceToken => fence_token::FenceToken,
+    read FenceGet => fence_get::FenceGet,
+    read FenceToken => fence_token::FenceToken,
 }
 
 /// The result a state command's reply expected did not come: a bug, answered as an error

@@ -37,6 +37,7 @@ impl LocalCommand for Reset {
             .store(2, std::sync::atomic::Ordering::Relaxed);
         ctx.conn.authenticated = ctx.shared.config.requirepass.is_none();
         ctx.conn.handle.names.lock().name = None;
+        ctx.conn.transaction = None;
         reply(Reply::Simple("RESET".into()))
     }
 }

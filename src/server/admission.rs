@@ -26,6 +26,9 @@ pub fn admit(shared: &Shared, conn: &ConnState, request: Request) -> Admitted {
         return Admitted::Refused(commands::unknown_command(&request.args));
     };
     let meta = &TABLE[index];
+    if meta.name != "monitor" {
+        shared.monitors.feed(conn.handle.addr, &request.args);
+    }
     let stat = &shared.stats.commands[index];
     if !conn.authenticated && !meta.flags.no_auth {
         stats::bump(&stat.rejected, 1);

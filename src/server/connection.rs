@@ -21,7 +21,7 @@ use super::clients::ClientHandle;
 use super::context::{ConnState, Ctx, Outcome, Proposal};
 use super::propose::{Pending, ProposeError, commit};
 use super::{PREAUTH_LIMITS, PREAUTH_QUERY_BUFFER, Shared, stats};
-use crate::commands::{CommandError, Execution};
+use crate::commands::{CommandError, Execution, LocalCommand, TABLE, multi};
 
 /// Flush early after this many replies, so one read of many pipelined commands cannot build an
 /// unbounded reply buffer.
@@ -90,6 +90,7 @@ where
             handle,
             protocol: ProtocolVersion::Resp2,
             authenticated,
+            transaction: None,
         },
     };
     if let Err(e) = connection.run().await {
@@ -167,11 +168,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         let (index, command) = match admission::admit(&self.shared, &self.conn, request) {
             Admitted::Command { index, command } => (index, command),
             Admitted::Refused(reply) => {
+                // A command that cannot be queued dooms the transaction (EXECABORT).
+                if let Some(transaction) = &mut self.conn.transaction {
+                    transaction.failed = true;
+                }
                 self.push_ready(reply);
                 return Ok(Next::Continue);
             }
         };
         self.conn.handle.touch(index);
+        if let Some(transaction) = &mut self.conn.transaction
+            && !multi::runs_inside_multi(TABLE[index].name)
+        {
+            if multi::refused_inside_multi(TABLE[index].name) {
+                transaction.failed = true;
+                self.push_ready(Reply::error(CommandError::NotInMulti.to_string()));
+                return Ok(Next::Continue);
+            }
+            transaction.queued.push((index, command));
+            self.push_ready(Reply::Simple("QUEUED".into()));
+            return Ok(Next::Continue);
+        }
         // A local command sees the effect of every state command before it.
         if admission::is_local(index) && self.in_flight > 0 {
             self.resolve().await;
@@ -196,6 +213,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     }
                     // The replies of commands before it in the batch still go out.
                     Ok(Outcome::Close) => return Ok(Next::Close),
+                    Ok(Outcome::Exec(transaction)) => {
+                        let (reply, next) = self.exec(transaction).await;
+                        self.push_ready(reply);
+                        return Ok(next);
+                    }
+                    Ok(Outcome::Monitor(reply)) => {
+                        self.push_ready(reply);
+                        self.flush().await?;
+                        return self.monitor().await;
+                    }
                     Err(e) => {
                         stats::bump(&stat.failed, 1);
                         self.push_ready(Reply::error(e.to_string()));
@@ -271,6 +298,166 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             item.slot = ReplySlot::Ready(reply);
         }
         self.in_flight = 0;
+    }
+
+    /// Monitor mode: every command the server receives is written to this client, until it
+    /// sends QUIT or RESET (the only commands it may still run), closes, or falls too far behind.
+    async fn monitor(&mut self) -> std::io::Result<Next> {
+        let shared = self.shared.clone();
+        let handle = self.conn.handle.clone();
+        let mut lines = shared.monitors.subscribe();
+        loop {
+            loop {
+                match self.parser.parse(&mut self.input, &shared.limits) {
+                    Ok(Some(request)) => {
+                        let name = request.args[0].to_ascii_lowercase();
+                        if name == b"quit" {
+                            self.push_ready(Reply::ok());
+                            return Ok(Next::Close);
+                        }
+                        if name == b"reset" {
+                            let mut ctx = Ctx {
+                                shared: &self.shared,
+                                conn: &mut self.conn,
+                                now: shared.log.now(),
+                            };
+                            if let Ok(Outcome::Reply(reply)) =
+                                LocalCommand::run(crate::commands::reset::Reset, &mut ctx)
+                            {
+                                self.push_ready(reply);
+                            }
+                            self.flush().await?;
+                            return Ok(Next::Continue);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.protocol_error(e);
+                        return Ok(Next::Close);
+                    }
+                }
+            }
+            if self.input.len() > PREAUTH_QUERY_BUFFER {
+                return Ok(Next::Close);
+            }
+            self.input.reserve(READ_CHUNK);
+            tokio::select! {
+                line = lines.recv() => match line {
+                    Ok(line) => {
+                        stats::bump(&shared.stats.net_output_bytes, line.len() as u64);
+                        self.stream.write_all(&line).await?;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                        debug!(client = handle.id, missed, "monitor fell behind; disconnected");
+                        return Ok(Next::Close);
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(Next::Close),
+                },
+                read = self.stream.read_buf(&mut self.input) => match read {
+                    Ok(n) if n > 0 => stats::bump(&shared.stats.net_input_bytes, n as u64),
+                    _ => return Ok(Next::Close),
+                },
+                _ = shared.shutdown.cancelled() => return Ok(Next::Close),
+                _ = handle.kill.cancelled() => return Ok(Next::Close),
+            }
+        }
+    }
+
+    /// EXEC: every state command and read of the transaction becomes an op of one log entry,
+    /// applied atomically; the other commands (PING, CLIENT, INFO, ...) run after it, in their
+    /// places. The reply is the array of every command's reply, errors included, as in Redis.
+    /// If the entry cannot be committed, nothing of it was applied and EXEC answers the error.
+    async fn exec(&mut self, transaction: multi::Transaction) -> (Reply, Next) {
+        enum Step {
+            Op {
+                result: usize,
+                reply: fn(OpResult) -> Result<Reply, CommandError>,
+                command: usize,
+            },
+            Local {
+                command: crate::commands::Command,
+                index: usize,
+            },
+        }
+        let started = Instant::now();
+        let mut ops = Vec::new();
+        let mut steps = Vec::with_capacity(transaction.queued.len());
+        for (index, command) in transaction.queued {
+            match command.into_transaction() {
+                Ok(Proposal { mut op, reply, .. }) => {
+                    // A WAIT inside a transaction does not block: a held lock answers null.
+                    if let Op::Acquire { wait, .. } = &mut op {
+                        *wait = false;
+                    }
+                    steps.push(Step::Op {
+                        result: ops.len(),
+                        reply,
+                        command: index,
+                    });
+                    ops.push(op);
+                }
+                Err(command) => steps.push(Step::Local { command, index }),
+            }
+        }
+        let mut results: Vec<Option<OpResult>> = if ops.is_empty() {
+            Vec::new()
+        } else {
+            match commit(&*self.shared.log, ops).await {
+                Ok(results) => results.into_iter().map(Some).collect(),
+                Err(e) => {
+                    return (
+                        Reply::error(CommandError::from(e).to_string()),
+                        Next::Continue,
+                    );
+                }
+            }
+        };
+        let mut replies = Vec::with_capacity(steps.len());
+        let mut next = Next::Continue;
+        for step in steps {
+            match step {
+                Step::Op {
+                    result,
+                    reply,
+                    command,
+                } => {
+                    let outcome = results
+                        .get_mut(result)
+                        .and_then(Option::take)
+                        .map(|r| vec![r])
+                        .ok_or(ProposeError::ShuttingDown);
+                    replies.push(reply_to(&self.shared, command, started, outcome, reply));
+                }
+                Step::Local { command, index } => {
+                    let stat = &self.shared.stats.commands[index];
+                    stats::bump(&stat.calls, 1);
+                    let mut ctx = Ctx {
+                        shared: &self.shared,
+                        conn: &mut self.conn,
+                        now: self.shared.log.now(),
+                    };
+                    let reply = match command.execute(&mut ctx) {
+                        Execution::Local(Ok(Outcome::Reply(reply))) => reply,
+                        Execution::Local(Ok(Outcome::ReplyAndClose(reply))) => {
+                            next = Next::Close;
+                            reply
+                        }
+                        Execution::Local(Ok(Outcome::Close)) => {
+                            next = Next::Close;
+                            Reply::ok()
+                        }
+                        Execution::Local(Ok(Outcome::Exec(_) | Outcome::Monitor(_)))
+                        | Execution::State(_) => Reply::error(CommandError::NotInMulti.to_string()),
+                        Execution::Local(Err(e)) => {
+                            stats::bump(&stat.failed, 1);
+                            Reply::error(e.to_string())
+                        }
+                    };
+                    replies.push(reply);
+                }
+            }
+        }
+        (Reply::Array(replies), next)
     }
 
     /// FLOCK.ACQUIRE ... WAIT: proposes the acquire and, if it queued, parks the connection

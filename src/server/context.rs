@@ -10,12 +10,15 @@ use parking_lot::RwLockReadGuard;
 use super::Shared;
 use super::clients::ClientHandle;
 use crate::commands::CommandError;
+use crate::commands::multi::Transaction;
 
 /// Per-connection state that commands read and change.
 pub struct ConnState {
     pub handle: Arc<ClientHandle>,
     pub protocol: ProtocolVersion,
     pub authenticated: bool,
+    /// Between MULTI and EXEC: the queued commands.
+    pub transaction: Option<Transaction>,
 }
 
 pub struct Ctx<'a> {
@@ -39,6 +42,10 @@ pub enum Outcome {
     ReplyAndClose(Reply),
     /// Close without a reply (SHUTDOWN, as Redis does when it goes down).
     Close,
+    /// EXEC: run the transaction.
+    Exec(Transaction),
+    /// Send the reply, then enter monitor mode (MONITOR).
+    Monitor(Reply),
 }
 
 impl From<Reply> for Outcome {

@@ -14,6 +14,7 @@ mod connection;
 pub mod context;
 mod expiry;
 pub mod host;
+pub mod monitor;
 pub mod propose;
 pub mod stats;
 mod waiters;
@@ -57,6 +58,7 @@ pub struct Shared {
     pub aof: Arc<Aof>,
     pub clock: Clock,
     pub clients: ClientRegistry,
+    pub monitors: monitor::Monitors,
     pub stats: ServerStats,
     pub shutdown: CancellationToken,
     pub started: Instant,
@@ -178,6 +180,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         aof,
         clock,
         clients: ClientRegistry::default(),
+        monitors: monitor::Monitors::default(),
         stats: ServerStats::default(),
         shutdown: CancellationToken::new(),
         started: Instant::now(),

@@ -15,7 +15,8 @@
 //! **Version 2** (written today). A file is an optional snapshot, then log entries:
 //! - `16` entry: `position:u64 at:u64 count:u32` then `count` ops, each `op-tag:u8 fields`
 //!   (op tags: 1 Acquire, 2 Renew, 3 Release, 4 ForceRelease, 5 Advance, 6 FenceSet,
-//!   7 CancelWait, 8 Expire, 9 Rearm, 10 Forget, 11 BumpAll). One entry is one proposal: a
+//!   7 CancelWait, 8 Expire, 9 Rearm, 10 Forget, 11 BumpAll; reads inside a transaction:
+//!   12 Status, 13 Token, 14 Ttl, 15 FenceGet, 16 FenceToken). One entry is one proposal: a
 //!   transaction's ops are one record, so a torn tail drops them together.
 //! - `32` snapshot begin: `position:u64 at:u64`, the log position the snapshot reflects; replay
 //!   skips entries at or below it. Then the snapshot's items: `33` floor, `34` counter,
@@ -30,7 +31,7 @@
 //! the payload holds, and requires the payload to be consumed exactly; it never panics.
 
 use bytes::Bytes;
-use flockd_core::{HoldingRef, Millis, Op, SnapshotItem, V1Change, WaitId};
+use flockd_core::{HoldingRef, Millis, Op, Read, SnapshotItem, V1Change, WaitId};
 
 /// The header of the files written today: magic `FLOCKAO` and format version `2`.
 pub const HEADER: [u8; 8] = *b"FLOCKAO2";
@@ -94,6 +95,11 @@ mod tag {
     pub const OP_REARM: u8 = 9;
     pub const OP_FORGET: u8 = 10;
     pub const OP_BUMP_ALL: u8 = 11;
+    pub const OP_READ_STATUS: u8 = 12;
+    pub const OP_READ_TOKEN: u8 = 13;
+    pub const OP_READ_TTL: u8 = 14;
+    pub const OP_READ_FENCE_GET: u8 = 15;
+    pub const OP_READ_FENCE_TOKEN: u8 = 16;
 }
 
 /// Why a payload could not be encoded.
@@ -287,6 +293,16 @@ fn put_op(f: &mut Frame<'_>, op: &Op) {
         }
         Op::BumpAll { by } => {
             f.u8(tag::OP_BUMP_ALL).u64(*by);
+        }
+        Op::Read(read) => {
+            let (t, key) = match read {
+                Read::Status { name } => (tag::OP_READ_STATUS, name),
+                Read::Token { name } => (tag::OP_READ_TOKEN, name),
+                Read::Ttl { name } => (tag::OP_READ_TTL, name),
+                Read::FenceGet { key } => (tag::OP_READ_FENCE_GET, key),
+                Read::FenceToken { key } => (tag::OP_READ_FENCE_TOKEN, key),
+            };
+            f.u8(t).bytes(key);
         }
     }
 }
@@ -568,6 +584,11 @@ fn op(c: &mut Cursor<'_>) -> Result<Op, DecodeError> {
             names: c.many(Cursor::bytes)?,
         },
         tag::OP_BUMP_ALL => Op::BumpAll { by: c.u64()? },
+        tag::OP_READ_STATUS => Op::Read(Read::Status { name: c.bytes()? }),
+        tag::OP_READ_TOKEN => Op::Read(Read::Token { name: c.bytes()? }),
+        tag::OP_READ_TTL => Op::Read(Read::Ttl { name: c.bytes()? }),
+        tag::OP_READ_FENCE_GET => Op::Read(Read::FenceGet { key: c.bytes()? }),
+        tag::OP_READ_FENCE_TOKEN => Op::Read(Read::FenceToken { key: c.bytes()? }),
         t => return Err(DecodeError::UnknownOp(t)),
     })
 }

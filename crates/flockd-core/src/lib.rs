@@ -26,7 +26,7 @@ pub use event::Event;
 pub use fence::FenceStats;
 pub use item::SnapshotItem;
 pub use machine::{Applied, StateMachine};
-pub use op::{AcquireResult, CancelResult, HoldingRef, Op, OpResult, WaitId};
+pub use op::{AcquireResult, CancelResult, HoldingRef, Op, OpResult, Read, WaitId};
 pub use snapshot::Snapshot;
 pub use table::{LockStats, LockStatus};
 pub use time::Millis;

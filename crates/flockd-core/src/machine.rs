@@ -8,7 +8,7 @@ use crate::snapshot::Snapshot;
 use crate::table::{Acquire, LockTable, V1HoldingChange};
 use crate::{
     AcquireResult, Event, FenceStats, HoldingRef, LockStats, LockStatus, Millis, Op, OpResult,
-    V1Change, WaitId,
+    Read, V1Change, WaitId,
 };
 
 /// The result of one op and the events it caused, in the order they happened.
@@ -109,6 +109,18 @@ impl StateMachine {
             }
             Op::Forget { names } => OpResult::Forget(locks.forget(names)),
             Op::BumpAll { by } => OpResult::BumpAll(locks.bump_all(*by)),
+            Op::Read(read) => self.read(read, at),
+        }
+    }
+
+    /// A read at `now`, as its op would answer inside an entry (see [`Op::Read`]).
+    pub fn read(&self, read: &Read, now: Millis) -> OpResult {
+        match read {
+            Read::Status { name } => OpResult::Status(name.clone(), self.status(name, now)),
+            Read::Token { name } => OpResult::Token(self.last_token(name)),
+            Read::Ttl { name } => OpResult::Ttl(self.ttl(name, now)),
+            Read::FenceGet { key } => OpResult::FenceValue(self.fence_value(key)),
+            Read::FenceToken { key } => OpResult::Token(self.fence_token(key)),
         }
     }
 

@@ -78,6 +78,20 @@ pub enum Op {
     Forget { names: Vec<Bytes> },
     /// Raise every counter, and the floor, by `by` (after restoring an old file).
     BumpAll { by: u64 },
+    /// A read (FLOCK.STATUS, FLOCK.TOKEN, FLOCK.TTL, FENCE.GET, FENCE.TOKEN) inside a
+    /// transaction: it changes nothing, and its result is the state at that point of the entry.
+    /// Outside transactions reads do not go through the log.
+    Read(Read),
+}
+
+/// What a read asks for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Read {
+    Status { name: Bytes },
+    Token { name: Bytes },
+    Ttl { name: Bytes },
+    FenceGet { key: Bytes },
+    FenceToken { key: Bytes },
 }
 
 impl Op {
@@ -91,6 +105,10 @@ impl Op {
             | Op::Advance { name, .. }
             | Op::CancelWait { name, .. } => Some(name),
             Op::FenceSet { key, .. } => Some(key),
+            Op::Read(Read::Status { name } | Read::Token { name } | Read::Ttl { name }) => {
+                Some(name)
+            }
+            Op::Read(Read::FenceGet { key } | Read::FenceToken { key }) => Some(key),
             Op::Expire { .. } | Op::Rearm { .. } | Op::Forget { .. } | Op::BumpAll { .. } => None,
         }
     }
@@ -142,4 +160,10 @@ pub enum OpResult {
     Forget(usize),
     /// How many names were bumped.
     BumpAll(usize),
+    /// FLOCK.STATUS of the name.
+    Status(Bytes, crate::LockStatus),
+    /// FLOCK.TOKEN and FENCE.TOKEN.
+    Token(u64),
+    Ttl(i64),
+    FenceValue(Option<Bytes>),
 }

@@ -152,6 +152,13 @@ pub(crate) fn arb_op() -> impl Strategy<Value = Op> {
         any::<u64>().prop_map(|extra_ms| Op::Rearm { extra_ms }),
         proptest::collection::vec(arb_bytes(), 0..4).prop_map(|names| Op::Forget { names }),
         any::<u64>().prop_map(|by| Op::BumpAll { by }),
+        (arb_bytes(), 0..5u8).prop_map(|(key, kind)| Op::Read(match kind {
+            0 => Read::Status { name: key },
+            1 => Read::Token { name: key },
+            2 => Read::Ttl { name: key },
+            3 => Read::FenceGet { key },
+            _ => Read::FenceToken { key },
+        })),
     ]
 }
 
@@ -934,6 +941,14 @@ fn known_layout_v2() {
             [&[10u8][..], &le32(2), &n, &n].concat(),
         ),
         (Op::BumpAll { by: 2 }, [&[11u8][..], &le64(2)].concat()),
+        (
+            Op::Read(Read::Status { name: name() }),
+            [&[12u8][..], &n].concat(),
+        ),
+        (
+            Op::Read(Read::FenceToken { key: name() }),
+            [&[16u8][..], &n].concat(),
+        ),
     ];
     for (op, bytes) in ops {
         let mut p = entry_head(1, 2, 1);

@@ -1,0 +1,37 @@
+//! MONITOR: the connection sees every command the server receives from then on (see
+//! `server::monitor`), until QUIT, RESET or its disconnection.
+
+use flockd_proto::Reply;
+
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use crate::server::context::{CommandResult, Ctx, Outcome};
+
+#[derive(Debug)]
+pub struct Monitor;
+
+impl CommandDef for Monitor {
+    const META: Meta = Meta {
+        syntax: "MONITOR",
+        group: "server",
+        ..Meta::new(
+            "monitor",
+            1,
+            CommandFlags {
+                admin: true,
+                fast: false,
+                ..CommandFlags::READ
+            },
+            "Listens for all requests received by the server in real time.",
+        )
+    };
+
+    fn parse(_args: &mut Args) -> Result<Self, CommandError> {
+        Ok(Monitor)
+    }
+}
+
+impl LocalCommand for Monitor {
+    fn run(self, _ctx: &mut Ctx<'_>) -> CommandResult {
+        Ok(Outcome::Monitor(Reply::ok()))
+    }
+}
