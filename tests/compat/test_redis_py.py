@@ -131,6 +131,35 @@ def test_pipeline():
     assert out[1] is True
 
 
+def test_default_pipeline_is_a_transaction():
+    # redis-py's default pipeline() wraps its commands in MULTI/EXEC.
+    for protocol in (2, 3):
+        r = client(protocol=protocol)
+        name = unique("tx")
+        pipe = r.pipeline()
+        pipe.execute_command("FLOCK.ACQUIRE", name, 30000)
+        pipe.execute_command("FENCE.SET", name + ":v", 1, "paid")
+        pipe.execute_command("FLOCK.TOKEN", name)
+        pipe.execute_command("FENCE.GET", name + ":v")
+        assert pipe.execute() == [1, 1, 1, "paid"]
+        # A command error inside is its element of the reply; the others took effect.
+        pipe = r.pipeline()
+        pipe.execute_command("FLOCK.RELEASE", name, 99)
+        pipe.execute_command("FLOCK.RELEASE", name, 1)
+        out = pipe.execute(raise_on_error=False)
+        assert isinstance(out[0], redis.ResponseError) and "NOTOWNER" in str(out[0])
+        assert out[1] == 1
+        # A queued syntax error aborts the whole transaction: nothing is applied.
+        pipe = r.pipeline()
+        pipe.execute_command("FLOCK.ACQUIRE", name, 30000)
+        pipe.execute_command("FLOCK.ACQUIRE", name)
+        with pytest.raises(redis.ResponseError) as e:
+            pipe.execute()
+        assert "EXECABORT" in str(e.value) or "wrong number" in str(e.value)
+        assert r.execute_command("FLOCK.TOKEN", name) == 1
+        assert r.execute_command("FLOCK.TTL", name) == -2
+
+
 def test_client_name_and_info():
     r = client(client_name="py-client")
     assert r.client_getname() == "py-client"
