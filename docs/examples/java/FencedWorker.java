@@ -24,8 +24,10 @@ public class FencedWorker {
 
     public static void main(String[] args) {
         String[] addr = System.getenv().getOrDefault("FLOCKD_ADDR", "127.0.0.1:6390").split(":");
-        // The socket timeout must exceed WAIT, or Jedis gives up on a blocked acquire.
-        try (Jedis jedis = new Jedis(addr[0], Integer.parseInt(addr[1]), WAIT_MS + 5_000)) {
+        // 5 s connect and socket timeout for ordinary commands. sendBlockingCommand reads with the
+        // blocking socket timeout instead (blockingSocketTimeoutMillis, default 0: no limit), so
+        // the WAIT is not cut short; plain sendCommand would give up after 5 s.
+        try (Jedis jedis = new Jedis(addr[0], Integer.parseInt(addr[1]), 5_000)) {
             Object reply = jedis.sendBlockingCommand(Cmd.ACQUIRE, LOCK, "" + LEASE_MS, "WAIT", "" + WAIT_MS);
             if (reply == null) {
                 System.out.println("lock busy, giving up");

@@ -8,6 +8,8 @@ import os
 import sys
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 LOCK = "orders:42"
 RESOURCE = "res:orders:42"  # a fenced register in flockd itself (FENCE.SET/GET)
@@ -17,7 +19,15 @@ WAIT_MS = 5_000  # how long to wait in line for the lock
 
 def main() -> int:
     host, port = os.environ.get("FLOCKD_ADDR", "127.0.0.1:6390").rsplit(":", 1)
-    r = redis.Redis(host=host, port=int(port), decode_responses=True)
+    r = redis.Redis(
+        host=host,
+        port=int(port),
+        decode_responses=True,
+        # redis-py 8 defaults to a 5 s socket timeout: the blocking acquire needs more than WAIT.
+        socket_timeout=WAIT_MS / 1000 + 5,
+        # and to 10 retries on a timeout or connection error: never resend a lock command blindly.
+        retry=Retry(NoBackoff(), 0),
+    )
 
     # Blocks up to WAIT_MS; None means we did not get the lock in time.
     token = r.execute_command("FLOCK.ACQUIRE", LOCK, LEASE_MS, "WAIT", WAIT_MS)
@@ -33,7 +43,11 @@ def main() -> int:
             return 2
         # Long work? Extend the lease before it runs out (a watchdog would do this on a timer).
         r.execute_command("FLOCK.RENEW", LOCK, token, LEASE_MS)
-        print(f"stored: {r.execute_command('FENCE.GET', RESOURCE)}")
+        stored = r.execute_command("FENCE.GET", RESOURCE)
+        if stored != f"written by token {token}":
+            print(f"fenced register holds {stored!r}, expected our value")
+            return 2
+        print(f"stored: {stored}")
     finally:
         try:
             free = r.execute_command("FLOCK.RELEASE", LOCK, token)
