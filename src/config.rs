@@ -33,6 +33,12 @@ pub struct Config {
     pub shutdown_timeout_ms: u64,
     pub worker_threads: usize,
     pub max_idle_names: usize,
+    /// Commands that take at least this many microseconds go to the slow log; -1: none, 0: all.
+    pub slowlog_log_slower_than: i64,
+    /// Entries the slow log keeps (the oldest are dropped).
+    pub slowlog_max_len: usize,
+    /// Commands that take at least this many milliseconds are latency events; 0: off.
+    pub latency_monitor_threshold: u64,
 }
 
 impl Default for Config {
@@ -59,6 +65,9 @@ impl Default for Config {
             shutdown_timeout_ms: 10_000,
             worker_threads: 0,
             max_idle_names: 1_000_000,
+            slowlog_log_slower_than: 10_000,
+            slowlog_max_len: 128,
+            latency_monitor_threshold: 0,
         }
     }
 }
@@ -104,6 +113,15 @@ impl Config {
             ("shutdown-timeout-ms", self.shutdown_timeout_ms.to_string()),
             ("worker-threads", self.worker_threads.to_string()),
             ("max-idle-names", self.max_idle_names.to_string()),
+            (
+                "slowlog-log-slower-than",
+                self.slowlog_log_slower_than.to_string(),
+            ),
+            ("slowlog-max-len", self.slowlog_max_len.to_string()),
+            (
+                "latency-monitor-threshold",
+                self.latency_monitor_threshold.to_string(),
+            ),
             ("databases", "1".to_string()),
         ]
     }
@@ -251,6 +269,20 @@ pub struct Settings {
     /// used are forgotten and a global token floor keeps their next tokens higher. 0: no bound.
     #[arg(long, env = "FLOCKD_MAX_IDLE_NAMES", value_name = "N")]
     pub max_idle_names: Option<u64>,
+    /// Log commands that take at least this many microseconds in the slow log; -1: none, 0: all.
+    #[arg(
+        long,
+        env = "FLOCKD_SLOWLOG_LOG_SLOWER_THAN",
+        value_name = "USEC",
+        allow_negative_numbers = true
+    )]
+    pub slowlog_log_slower_than: Option<i64>,
+    /// Entries the slow log keeps.
+    #[arg(long, env = "FLOCKD_SLOWLOG_MAX_LEN", value_name = "N")]
+    pub slowlog_max_len: Option<u64>,
+    /// Record commands that take at least this many ms as latency events (LATENCY); 0: off.
+    #[arg(long, env = "FLOCKD_LATENCY_MONITOR_THRESHOLD", value_name = "MS")]
+    pub latency_monitor_threshold: Option<u64>,
 }
 
 impl Settings {
@@ -285,6 +317,13 @@ impl Settings {
             shutdown_timeout_ms: self.shutdown_timeout_ms.or(lower.shutdown_timeout_ms),
             worker_threads: self.worker_threads.or(lower.worker_threads),
             max_idle_names: self.max_idle_names.or(lower.max_idle_names),
+            slowlog_log_slower_than: self
+                .slowlog_log_slower_than
+                .or(lower.slowlog_log_slower_than),
+            slowlog_max_len: self.slowlog_max_len.or(lower.slowlog_max_len),
+            latency_monitor_threshold: self
+                .latency_monitor_threshold
+                .or(lower.latency_monitor_threshold),
         }
     }
 
@@ -458,6 +497,33 @@ impl Settings {
                 1 << 40,
                 "0..=1099511627776 (0: no bound)",
             )? as usize,
+            slowlog_log_slower_than: match self.slowlog_log_slower_than {
+                None => defaults.slowlog_log_slower_than,
+                Some(v) if v >= -1 => v,
+                Some(v) => {
+                    return Err(ConfigError::Invalid {
+                        key: "slowlog-log-slower-than",
+                        value: v.to_string(),
+                        allowed: "-1 (off), 0 (every command) or microseconds",
+                    });
+                }
+            },
+            slowlog_max_len: ranged(
+                "slowlog-max-len",
+                self.slowlog_max_len,
+                defaults.slowlog_max_len as u64,
+                0,
+                1_000_000,
+                "0..=1000000",
+            )? as usize,
+            latency_monitor_threshold: ranged(
+                "latency-monitor-threshold",
+                self.latency_monitor_threshold,
+                defaults.latency_monitor_threshold,
+                0,
+                i64::MAX as u64,
+                "0 (off) or milliseconds",
+            )?,
         })
     }
 }

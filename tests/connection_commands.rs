@@ -283,7 +283,7 @@ fn client_subcommands() {
         let help = raw.call(&["CLIENT", "HELP"]);
         assert!(
             help.starts_with(
-                "*9\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n"
+                "*11\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n"
             ),
             "{help:?}"
         );
@@ -382,6 +382,9 @@ fn command_introspection() {
         "discard",
         "watch",
         "unwatch",
+        "slowlog",
+        "latency",
+        "dbsize",
     ];
     for name in expected_names {
         assert!(
@@ -411,15 +414,131 @@ fn command_introspection() {
         acquire_info,
     );
     expect(&mut raw, &["COMMAND", "INFO", "nosuch"], "*1\r\n*-1\r\n");
+    // COMMAND DOCS as Redis 7 has it: `arguments` (what redis-cli builds its hints from),
+    // derived from each command's syntax string.
     let ping_docs_fields = concat!(
         "$7\r\nsummary\r\n$29\r\nReturns PONG, or the message.\r\n$5\r\nsince\r\n$5\r\n0.1.0\r\n",
         "$5\r\ngroup\r\n$10\r\nconnection\r\n$10\r\ncomplexity\r\n$4\r\nO(1)\r\n",
-        "$6\r\nsyntax\r\n$14\r\nPING [message]\r\n",
+        "$9\r\narguments\r\n",
+    );
+    let ping_args2 = concat!(
+        "*1\r\n*6\r\n$4\r\nname\r\n$7\r\nmessage\r\n$4\r\ntype\r\n$6\r\nstring\r\n",
+        "$5\r\nflags\r\n*1\r\n+optional\r\n",
     );
     expect(
         &mut raw,
         &["COMMAND", "DOCS", "ping"],
-        &format!("*2\r\n$4\r\nping\r\n*10\r\n{ping_docs_fields}"),
+        &format!("*2\r\n$4\r\nping\r\n*10\r\n{ping_docs_fields}{ping_args2}"),
+    );
+    // FLOCK.ACQUIRE name lease-ms [WAIT ms] [OWNER id]: the lock name is the key (key spec
+    // 0), integers, and options as optional arguments with a token, field order as Redis.
+    let acquire_docs_fields = concat!(
+        "$7\r\nsummary\r\n$82\r\n",
+        "Acquires a lock with a lease and returns its fencing token, or null if it is held.\r\n",
+        "$5\r\nsince\r\n$5\r\n0.1.0\r\n$5\r\ngroup\r\n$5\r\nflock\r\n",
+        "$10\r\ncomplexity\r\n$4\r\nO(1)\r\n$9\r\narguments\r\n*4\r\n",
+    );
+    let acquire_args = [
+        "$4\r\nname\r\n$4\r\nname\r\n$4\r\ntype\r\n$3\r\nkey\r\n$14\r\nkey_spec_index\r\n:0\r\n",
+        "$4\r\nname\r\n$8\r\nlease-ms\r\n$4\r\ntype\r\n$7\r\ninteger\r\n",
+        "$4\r\nname\r\n$2\r\nms\r\n$4\r\ntype\r\n$7\r\ninteger\r\n$5\r\ntoken\r\n$4\r\nWAIT\r\n",
+        "$4\r\nname\r\n$2\r\nid\r\n$4\r\ntype\r\n$6\r\nstring\r\n$5\r\ntoken\r\n$5\r\nOWNER\r\n",
+    ];
+    let acquire_docs = |proto: u8| {
+        let (map, set) = if proto == 3 { ("%", "~") } else { ("*", "*") };
+        let pairs = |n: usize| if proto == 3 { n } else { 2 * n };
+        let optional = format!("$5\r\nflags\r\n{set}1\r\n+optional\r\n");
+        format!(
+            "{map}{}\r\n$13\r\nflock.acquire\r\n{map}{}\r\n{acquire_docs_fields}\
+             {map}{}\r\n{}{map}{}\r\n{}{map}{}\r\n{}{optional}{map}{}\r\n{}{optional}",
+            pairs(1),
+            pairs(5),
+            pairs(3),
+            acquire_args[0],
+            pairs(2),
+            acquire_args[1],
+            pairs(4),
+            acquire_args[2],
+            pairs(4),
+            acquire_args[3],
+        )
+    };
+    expect(
+        &mut raw,
+        &["COMMAND", "DOCS", "flock.acquire"],
+        &acquire_docs(2),
+    );
+    // A container's subcommands carry the arguments (redis-cli hints `CONFIG GET `).
+    let config_docs = raw.call(&["COMMAND", "DOCS", "config"]);
+    assert!(
+        config_docs.contains("$10\r\nconfig|get\r\n*10\r\n$7\r\nsummary\r\n")
+            && config_docs.contains(concat!(
+                "$9\r\narguments\r\n*1\r\n*6\r\n$4\r\nname\r\n$9\r\nparameter\r\n",
+                "$4\r\ntype\r\n$6\r\nstring\r\n$5\r\nflags\r\n*1\r\n+multiple\r\n",
+            )),
+        "{config_docs:?}"
+    );
+
+    // COMMAND GETKEYS / GETKEYSANDFLAGS from the command table's key positions, with Redis's
+    // error texts.
+    expect(
+        &mut raw,
+        &[
+            "COMMAND",
+            "GETKEYS",
+            "FLOCK.ACQUIRE",
+            "order:1",
+            "30000",
+            "WAIT",
+            "10",
+        ],
+        "*1\r\n$7\r\norder:1\r\n",
+    );
+    expect(
+        &mut raw,
+        &["COMMAND", "GETKEYS", "fence.set", "k", "1", "v"],
+        "*1\r\n$1\r\nk\r\n",
+    );
+    expect(
+        &mut raw,
+        &["COMMAND", "GETKEYS", "watch", "a", "b", "c"],
+        "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n",
+    );
+    expect(
+        &mut raw,
+        &["COMMAND", "GETKEYSANDFLAGS", "flock.release", "l", "7"],
+        "*1\r\n*2\r\n$1\r\nl\r\n*1\r\n+RW\r\n",
+    );
+    expect(
+        &mut raw,
+        &["COMMAND", "GETKEYS", "ping", "x"],
+        "-ERR The command has no key arguments\r\n",
+    );
+    expect(
+        &mut raw,
+        &["COMMAND", "GETKEYS", "nosuch", "x"],
+        "-ERR Invalid command specified\r\n",
+    );
+    expect(
+        &mut raw,
+        &["COMMAND", "GETKEYS", "flock.acquire", "x"],
+        "-ERR Invalid number of arguments specified for command\r\n",
+    );
+    expect(
+        &mut raw,
+        &["COMMAND", "GETKEYS"],
+        "-ERR wrong number of arguments for 'command|getkeys' command\r\n",
+    );
+    expect(
+        &mut raw,
+        &["COMMAND", "GETKEYSANDFLAGS"],
+        "-ERR wrong number of arguments for 'command|getkeysandflags' command\r\n",
+    );
+    let help = raw.call(&["COMMAND", "HELP"]);
+    assert!(
+        help.contains("\r\n+GETKEYS <full-command> -- ")
+            && help.contains("\r\n+GETKEYSANDFLAGS <full-command> -- "),
+        "{help:?}"
     );
     expect(
         &mut raw,
@@ -433,7 +552,21 @@ fn command_introspection() {
     expect(
         &mut raw,
         &["COMMAND", "DOCS", "ping"],
-        &format!("%1\r\n$4\r\nping\r\n%5\r\n{ping_docs_fields}"),
+        &format!(
+            "%1\r\n$4\r\nping\r\n%5\r\n{ping_docs_fields}\
+             *1\r\n%3\r\n$4\r\nname\r\n$7\r\nmessage\r\n$4\r\ntype\r\n$6\r\nstring\r\n\
+             $5\r\nflags\r\n~1\r\n+optional\r\n"
+        ),
+    );
+    expect(
+        &mut raw,
+        &["COMMAND", "DOCS", "flock.acquire"],
+        &acquire_docs(3),
+    );
+    expect(
+        &mut raw,
+        &["COMMAND", "GETKEYSANDFLAGS", "flock.status", "l"],
+        "*1\r\n*2\r\n$1\r\nl\r\n~1\r\n+RO\r\n",
     );
     let info3 = raw.call(&["COMMAND", "INFO", "flock.acquire"]);
     assert!(
@@ -885,7 +1018,8 @@ fn pre_auth_input_limits_close_the_connection() {
     expect(
         &mut raw,
         &eleven,
-        "-ERR unknown subcommand 'X'. Try CLIENT HELP.\r\n",
+        // As Redis 7.2 quotes it: the subcommand as sent.
+        "-ERR unknown subcommand 'x'. Try CLIENT HELP.\r\n",
     );
     server.assert_alive_with_auth("secret");
 }

@@ -1,4 +1,11 @@
-//! CLIENT ID | SETNAME | GETNAME | SETINFO | INFO | LIST | KILL | NO-EVICT | NO-TOUCH | HELP.
+//! CLIENT ID | SETNAME | GETNAME | SETINFO | INFO | LIST | KILL | NO-EVICT | NO-TOUCH |
+//! GETREDIR | TRACKINGINFO | HELP.
+//!
+//! What client libraries send on connect is answered as Redis 7.2 answers it: a subcommand
+//! Redis 7.2 does not have either (redis-py's `CLIENT MAINT_NOTIFICATIONS ON ...`) gets its
+//! `unknown subcommand` error, with the name as sent, and counts as no call (admission). Client
+//! tracking is off and stays off: GETREDIR and TRACKINGINFO say so, CACHING gets Redis's error
+//! for a client not tracking, and TRACKING ON is refused (flockd sends no invalidations).
 
 use bytes::Bytes;
 use flockd_proto::Reply;
@@ -12,11 +19,22 @@ pub enum Client {
     Id,
     SetName(Bytes),
     GetName,
-    SetInfo { attribute: String, value: Bytes },
+    SetInfo {
+        attribute: String,
+        value: Bytes,
+    },
     Info,
-    List { ids: Option<Vec<u64>> },
+    List {
+        ids: Option<Vec<u64>>,
+    },
     Kill(KillFilter),
     Ok,
+    GetRedir,
+    TrackingInfo,
+    /// CLIENT CACHING: an error, as for any client that is not tracking.
+    Caching,
+    /// CLIENT TRACKING: refused.
+    Tracking,
     Help,
 }
 
@@ -39,12 +57,18 @@ const HELP: &[&str] = &[
     "INFO -- Return information about the current client connection.",
     "LIST [TYPE normal] [ID id ...] -- Return information about client connections.",
     "KILL <ip:port> | KILL [ID <id>] [ADDR <ip:port>] [LADDR <ip:port>] [SKIPME yes|no] -- Kill connections.",
+    "GETREDIR -- Return -1: client tracking is not supported, so never on.",
+    "TRACKINGINFO -- Report the tracking status (off) of the current connection.",
     "HELP -- Print this help.",
 ];
 
 impl CommandDef for Client {
     const META: Meta = Meta {
-        syntax: "CLIENT <subcommand> [arg ...]",
+        syntax: "CLIENT ID | SETNAME connection-name | GETNAME | \
+            SETINFO <LIB-NAME libname | LIB-VER libver> | INFO | \
+            LIST [TYPE <NORMAL | MASTER | REPLICA | PUBSUB>] [ID client-id [client-id ...]] | \
+            KILL <ip:port | <ID client-id | ADDR ip:port | LADDR ip:port | SKIPME <YES | NO>> ...> | \
+            NO-EVICT <ON | OFF> | NO-TOUCH <ON | OFF> | HELP",
         subcommands: &[
             SubMeta {
                 name: "client|id",
@@ -82,6 +106,16 @@ impl CommandDef for Client {
                 summary: "Terminates open connections.",
             },
             SubMeta {
+                name: "client|getredir",
+                arity: 2,
+                summary: "Returns the redirection client ID for server-assisted client side caching.",
+            },
+            SubMeta {
+                name: "client|trackinginfo",
+                arity: 2,
+                summary: "Returns information about server-assisted client side caching for the connection.",
+            },
+            SubMeta {
                 name: "client|help",
                 arity: 2,
                 summary: "Returns helpful text about the different subcommands.",
@@ -96,7 +130,9 @@ impl CommandDef for Client {
     };
 
     fn parse(args: &mut Args) -> Result<Self, CommandError> {
-        let sub = args.next_keyword().unwrap_or_default();
+        // Matched upper-cased; named in an error as sent (Redis quotes it as is).
+        let raw = args.next_opt().unwrap_or_default();
+        let sub = String::from_utf8_lossy(&raw).to_ascii_uppercase();
         let arity = |name: &'static str, ok: bool| {
             if ok {
                 Ok(())
@@ -110,6 +146,18 @@ impl CommandDef for Client {
             "GETNAME" => arity("client|getname", n == 0).map(|_| Client::GetName)?,
             "INFO" => arity("client|info", n == 0).map(|_| Client::Info)?,
             "HELP" => arity("client|help", n == 0).map(|_| Client::Help)?,
+            "GETREDIR" => arity("client|getredir", n == 0).map(|_| Client::GetRedir)?,
+            "TRACKINGINFO" => arity("client|trackinginfo", n == 0).map(|_| Client::TrackingInfo)?,
+            "CACHING" => {
+                arity("client|caching", n == 1)?;
+                args.next_opt();
+                Client::Caching
+            }
+            "TRACKING" => {
+                arity("client|tracking", n >= 1)?;
+                while args.next_opt().is_some() {}
+                Client::Tracking
+            }
             "NO-EVICT" | "NO-TOUCH" => {
                 arity("client|no-evict", n == 1)?;
                 match args.next_keyword().as_deref() {
@@ -165,10 +213,10 @@ impl CommandDef for Client {
                 Client::List { ids }
             }
             "KILL" => Client::Kill(parse_kill(args)?),
-            other => {
+            _ => {
                 return Err(CommandError::UnknownSubcommand {
                     command: "CLIENT",
-                    sub: super::printable(other.as_bytes(), 64),
+                    sub: super::printable(&raw, 128),
                 });
             }
         })
@@ -219,6 +267,14 @@ impl LocalCommand for Client {
             }
             Client::Kill(filter) => kill(ctx, filter),
             Client::Ok => reply(Reply::ok()),
+            Client::GetRedir => reply(Reply::Integer(-1)),
+            Client::TrackingInfo => reply(Reply::Map(vec![
+                (Reply::bulk("flags"), Reply::Set(vec![Reply::bulk("off")])),
+                (Reply::bulk("redirect"), Reply::Integer(-1)),
+                (Reply::bulk("prefixes"), Reply::Array(vec![])),
+            ])),
+            Client::Caching => Err(CommandError::CachingWithoutTracking),
+            Client::Tracking => Err(CommandError::TrackingUnsupported),
             Client::Help => reply(Reply::Array(
                 HELP.iter().map(|l| Reply::Simple((*l).into())).collect(),
             )),

@@ -1,9 +1,12 @@
-//! COMMAND [COUNT | INFO name... | DOCS name... | LIST | HELP]: introspection generated from the
-//! command table, in Redis 7's reply shapes so client libraries and redis-cli can use it.
+//! COMMAND [COUNT | INFO name... | DOCS name... | LIST | GETKEYS | GETKEYSANDFLAGS | HELP]:
+//! introspection generated from the command table, in Redis 7's reply shapes so client libraries
+//! and redis-cli can use it. `DOCS` argument lists come from each command's syntax string
+//! (`docs.rs`): that is what redis-cli builds its hints from.
 
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::docs;
 use super::{
     Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, TABLE, lookup,
 };
@@ -16,12 +19,19 @@ pub enum CommandCmd {
     Info(Vec<Bytes>),
     Docs(Vec<Bytes>),
     List,
+    /// `GETKEYS` (false) or `GETKEYSANDFLAGS` (true) of a full command line.
+    GetKeys {
+        flags: bool,
+        argv: Vec<Bytes>,
+    },
     Help,
 }
 
 impl CommandDef for CommandCmd {
     const META: Meta = Meta {
-        syntax: "COMMAND [COUNT | INFO [name ...] | DOCS [name ...] | LIST]",
+        syntax: "COMMAND [COUNT | INFO [command-name ...] | DOCS [command-name ...] | \
+            LIST [FILTERBY <MODULE module-name | ACLCAT category | PATTERN pattern>] | \
+            GETKEYS command [arg ...] | GETKEYSANDFLAGS command [arg ...] | HELP]",
         group: "server",
         complexity: "O(N) where N is the number of commands",
         subcommands: &[
@@ -44,6 +54,16 @@ impl CommandDef for CommandCmd {
                 name: "command|list",
                 arity: -2,
                 summary: "Returns a list of command names.",
+            },
+            SubMeta {
+                name: "command|getkeys",
+                arity: -3,
+                summary: "Extracts the key names from an arbitrary command.",
+            },
+            SubMeta {
+                name: "command|getkeysandflags",
+                arity: -3,
+                summary: "Extracts the key names and access flags for an arbitrary command.",
             },
             SubMeta {
                 name: "command|help",
@@ -77,6 +97,23 @@ impl CommandDef for CommandCmd {
                 rest(args);
                 CommandCmd::List
             }
+            "GETKEYS" | "GETKEYSANDFLAGS" => {
+                let flags = sub == "GETKEYSANDFLAGS";
+                if args.remaining() == 0 {
+                    return Err(CommandError::WrongArity(
+                        if flags {
+                            "command|getkeysandflags"
+                        } else {
+                            "command|getkeys"
+                        }
+                        .into(),
+                    ));
+                }
+                CommandCmd::GetKeys {
+                    flags,
+                    argv: rest(args),
+                }
+            }
             "HELP" => CommandCmd::Help,
             other => {
                 return Err(CommandError::UnknownSubcommand {
@@ -106,6 +143,7 @@ impl LocalCommand for CommandCmd {
                 Reply::Map(metas.into_iter().map(|m| (Reply::bulk(m.name), docs(m))).collect())
             }
             CommandCmd::List => Reply::Array(TABLE.iter().map(|m| Reply::bulk(m.name)).collect()),
+            CommandCmd::GetKeys { flags, argv } => get_keys(&argv, flags),
             CommandCmd::Help => Reply::Array(
                 [
                     "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -114,6 +152,8 @@ impl LocalCommand for CommandCmd {
                     "INFO [<command-name> ...] -- Return details about the named commands, or all.",
                     "DOCS [<command-name> ...] -- Return documentation details about the named commands, or all.",
                     "LIST -- Return a list of all command names.",
+                    "GETKEYS <full-command> -- Return the keys from a full command.",
+                    "GETKEYSANDFLAGS <full-command> -- Return the keys and the access flags from a full command.",
                     "HELP -- Print this help.",
                 ]
                 .iter()
@@ -219,28 +259,78 @@ fn acl_categories(meta: &Meta) -> Vec<&'static str> {
     categories
 }
 
+/// Redis 7's `COMMAND DOCS` entry: summary, since, group, complexity, then `arguments` (none for
+/// a container command, whose subcommands have them) and `subcommands`.
 fn docs(meta: &Meta) -> Reply {
     let mut fields = vec![
         (Reply::bulk("summary"), Reply::bulk(meta.summary)),
         (Reply::bulk("since"), Reply::bulk(meta.since)),
         (Reply::bulk("group"), Reply::bulk(meta.group)),
         (Reply::bulk("complexity"), Reply::bulk(meta.complexity)),
-        (Reply::bulk("syntax"), Reply::bulk(meta.syntax)),
     ];
-    if !meta.subcommands.is_empty() {
+    if meta.subcommands.is_empty() {
+        let args = docs::command_args(meta);
+        if !args.is_empty() {
+            fields.push((Reply::bulk("arguments"), docs::args_reply(&args)));
+        }
+    } else {
         let subs = meta
             .subcommands
             .iter()
             .map(|s| {
-                let doc = Reply::Map(vec![
+                let mut doc = vec![
                     (Reply::bulk("summary"), Reply::bulk(s.summary)),
                     (Reply::bulk("since"), Reply::bulk(meta.since)),
                     (Reply::bulk("group"), Reply::bulk(meta.group)),
-                ]);
-                (Reply::bulk(s.name), doc)
+                    (Reply::bulk("complexity"), Reply::bulk(meta.complexity)),
+                ];
+                let args = docs::subcommand_args(meta, s.name);
+                if !args.is_empty() {
+                    doc.push((Reply::bulk("arguments"), docs::args_reply(&args)));
+                }
+                (Reply::bulk(s.name), Reply::Map(doc))
             })
             .collect();
         fields.push((Reply::bulk("subcommands"), Reply::Map(subs)));
     }
     Reply::Map(fields)
+}
+
+/// `COMMAND GETKEYS` / `GETKEYSANDFLAGS`: the keys of a full command line by its `Meta.keys`,
+/// with Redis's error texts.
+fn get_keys(argv: &[Bytes], with_flags: bool) -> Reply {
+    let Some(meta) = argv
+        .first()
+        .and_then(|name| lookup(name))
+        .map(|i| &TABLE[i])
+    else {
+        return Reply::error("ERR Invalid command specified");
+    };
+    let (first, last, step) = meta.keys;
+    if first <= 0 {
+        return Reply::error("ERR The command has no key arguments");
+    }
+    if !meta.arity_ok(argv.len()) {
+        return Reply::error("ERR Invalid number of arguments specified for command");
+    }
+    let argc = argv.len() as i64;
+    let (first, step) = (i64::from(first), i64::from(step.max(1)));
+    let last = if last < 0 {
+        argc + i64::from(last)
+    } else {
+        i64::from(last)
+    };
+    let flags = if meta.flags.write { "RW" } else { "RO" };
+    let keys = (first..=last.min(argc - 1))
+        .step_by(step as usize)
+        .map(|i| {
+            let key = Reply::Bulk(argv[i as usize].clone());
+            if with_flags {
+                Reply::Array(vec![key, Reply::Set(vec![Reply::Simple(flags.into())])])
+            } else {
+                key
+            }
+        })
+        .collect();
+    Reply::Array(keys)
 }

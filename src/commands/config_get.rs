@@ -77,7 +77,12 @@ impl LocalCommand for ConfigCmd {
                     .collect();
                 reply(Reply::Map(pairs))
             }
-            ConfigCmd::ResetStat => reply(Reply::ok()),
+            // What Redis resets: INFO stats, commandstats, latency histograms and the lock
+            // table's event counters; not the slow log or the latency monitor.
+            ConfigCmd::ResetStat => {
+                crate::server::stats::reset(ctx.shared);
+                reply(Reply::ok())
+            }
             ConfigCmd::Help => reply(Reply::Array(vec![
                 Reply::Simple("CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:".into()),
                 Reply::Simple("GET <pattern> -- Return parameters matching the glob-like <pattern> and their values.".into()),

@@ -89,6 +89,24 @@ pub enum CommandError {
         "ERR CONFIG {0} is not supported: set flockd's configuration in its file, FLOCKD_* variables or flags and restart"
     )]
     ConfigUnsupported(String),
+    /// A known subcommand with arguments it does not take (Redis's
+    /// `addReplySubcommandSyntaxError`).
+    #[error("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {command} HELP.")]
+    SubcommandSyntax { command: &'static str, sub: String },
+    #[error("ERR count should be greater than or equal to -1")]
+    SlowlogCount,
+    #[error(
+        "ERR unknown latency event '{0}': flockd records 'command' and 'fast-command' (see LATENCY LATEST)"
+    )]
+    UnknownLatencyEvent(String),
+    #[error(
+        "ERR CLIENT TRACKING is not supported by flockd: it sends no invalidations, so a client-side cache would serve stale lock state"
+    )]
+    TrackingUnsupported,
+    #[error(
+        "ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled"
+    )]
+    CachingWithoutTracking,
 }
 
 impl From<crate::server::propose::ProposeError> for CommandError {

@@ -1,5 +1,6 @@
-//! INFO [section ...]: server, clients, stats, persistence, locks and commandstats, in Redis's
-//! `# Section` / `field:value` format so monitoring that reads Redis's INFO can read flockd's.
+//! INFO [section ...]: server, clients, memory, persistence, stats, locks, commandstats and
+//! keyspace, in Redis's `# Section` / `field:value` format and section order, so monitoring
+//! that reads Redis's INFO (redis-cli --stat, prometheus-redis-exporter) can read flockd's.
 
 use std::fmt::Write;
 
@@ -9,18 +10,45 @@ use flockd_proto::Reply;
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, TABLE};
 use crate::server::Shared;
 use crate::server::context::{CommandResult, Ctx, reply};
-use crate::server::stats::read;
+use crate::server::stats::{self, human_bytes, read};
 
-const DEFAULT_SECTIONS: &[&str] = &["server", "clients", "stats", "persistence", "locks"];
+const DEFAULT_SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "locks",
+    "keyspace",
+];
 const ALL_SECTIONS: &[&str] = &[
     "server",
     "clients",
-    "stats",
+    "memory",
     "persistence",
+    "stats",
     "locks",
     "commandstats",
     "keyspace",
 ];
+
+/// Estimated bytes of the lock table per item (see [`table_bytes`]).
+const BYTES_PER_NAME: u64 = 100;
+const BYTES_PER_HELD_LOCK: u64 = 200;
+const BYTES_PER_WAITER: u64 = 64;
+const BYTES_PER_FENCE_KEY: u64 = 80;
+
+/// An estimate of the lock table's own memory from its counts: a name's slot in its shard's hash
+/// map with the map's spare room (about 100 bytes: the figure `max-idle-names` is documented
+/// with), a held lock's holding and its lease deadline in the expiry index, a waiter, a fence
+/// key's slot. Names over 22 bytes, owner ids and fence values add their own length on top, and
+/// are not counted.
+fn table_bytes(names: u64, held: u64, waiters: u64, fence_keys: u64) -> u64 {
+    names * BYTES_PER_NAME
+        + held * BYTES_PER_HELD_LOCK
+        + waiters * BYTES_PER_WAITER
+        + fence_keys * BYTES_PER_FENCE_KEY
+}
 
 #[derive(Debug)]
 pub struct Info {
@@ -117,6 +145,38 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
             field("maxclients", &shared.config.maxclients);
             field("blocked_clients", &shared.clients.blocked());
         }
+        "memory" => {
+            let m = stats::memory(&shared.stats);
+            let (l, f) = {
+                let machine = shared.host.read();
+                (machine.lock_stats(), machine.fence_stats())
+            };
+            let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+            field("# Memory", &"");
+            field("used_memory", &m.used);
+            field("used_memory_human", &human_bytes(m.used));
+            field("used_memory_rss", &m.rss);
+            field("used_memory_rss_human", &human_bytes(m.rss));
+            field("used_memory_peak", &m.peak);
+            field("used_memory_peak_human", &human_bytes(m.peak));
+            field(
+                "used_memory_peak_perc",
+                &format!("{:.2}%", 100.0 * ratio(m.used, m.peak)),
+            );
+            field("total_system_memory", &m.total_system);
+            field("total_system_memory_human", &human_bytes(m.total_system));
+            field("maxmemory", &0);
+            field("maxmemory_human", &"0B");
+            field("maxmemory_policy", &"noeviction");
+            field(
+                "mem_fragmentation_ratio",
+                &format!("{:.2}", ratio(m.rss, m.used)),
+            );
+            field("mem_allocator", &"libc");
+            let table = table_bytes(l.names, l.locks_held, l.waiters, f.keys);
+            field("flock_table_bytes", &table);
+            field("flock_table_bytes_human", &human_bytes(table));
+        }
         "stats" => {
             let s = &shared.stats;
             field("# Stats", &"");
@@ -125,12 +185,17 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
             field("total_net_input_bytes", &read(&s.net_input_bytes));
             field("total_net_output_bytes", &read(&s.net_output_bytes));
             field("rejected_connections", &read(&s.rejected_connections));
+            // Every error reply: failed and rejected calls, and the errors that are no call
+            // (unknown commands and subcommands, protocol errors), as Redis counts them.
             field(
                 "total_error_replies",
-                &s.commands
+                &(s.commands
                     .iter()
                     .map(|c| read(&c.failed) + read(&c.rejected))
-                    .sum::<u64>(),
+                    .sum::<u64>()
+                    + read(&s.unknown_commands)
+                    + read(&s.unknown_subcommands)
+                    + read(&s.protocol_errors)),
             );
             field("unknown_commands", &read(&s.unknown_commands));
             field("protocol_errors", &read(&s.protocol_errors));
@@ -139,6 +204,7 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
             let a = shared.aof.stats();
             field("# Persistence", &"");
             field("loading", &0);
+            field("rdb_bgsave_in_progress", &0);
             field("aof_enabled", &1);
             field("aof_fsync", &a.fsync_policy);
             field("aof_rewrite_in_progress", &u8::from(a.rewrite_in_progress));
@@ -219,6 +285,14 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
         }
         "keyspace" => {
             field("# Keyspace", &"");
+            // Lock names are the keys (DBSIZE); held ones have a lease, Redis's `expires`.
+            let l = shared.host.read().lock_stats();
+            if l.names > 0 {
+                field(
+                    "db0",
+                    &format!("keys={},expires={},avg_ttl=0", l.names, l.locks_held),
+                );
+            }
         }
         _ => {}
     }

@@ -69,7 +69,10 @@ pub struct Meta {
     pub since: &'static str,
     pub summary: &'static str,
     pub complexity: &'static str,
-    /// `name arg [opt]` as shown in docs.
+    /// `NAME arg [OPTION value] [A | B] [x ...]` as shown in docs, in Redis's notation. It is the
+    /// one source of `COMMAND DOCS` `arguments` (redis-cli's hints): see `docs.rs` for the
+    /// notation. A container command lists each subcommand that takes arguments as an
+    /// alternative, `CONFIG GET parameter [parameter ...] | SET parameter value | HELP`.
     pub syntax: &'static str,
     pub subcommands: &'static [SubMeta],
 }

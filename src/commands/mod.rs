@@ -11,6 +11,7 @@
 //! dispatch. Adding a command is one new file plus one row in it.
 
 mod args;
+mod docs;
 mod error;
 mod meta;
 
@@ -23,6 +24,7 @@ mod bgrewriteaof;
 mod client;
 mod command;
 mod config_get;
+mod dbsize;
 mod echo;
 mod fence_get;
 mod fence_set;
@@ -37,6 +39,7 @@ mod flock_token;
 mod flock_ttl;
 mod hello;
 mod info;
+mod latency;
 mod monitor;
 pub mod multi;
 mod ping;
@@ -44,6 +47,7 @@ mod quit;
 pub mod reset;
 mod select;
 mod shutdown;
+mod slowlog;
 mod time;
 
 use std::collections::HashMap;
@@ -199,6 +203,9 @@ command_table! {
     local Discard => multi::Discard,
     local Watch => multi::Watch,
     local Unwatch => multi::Unwatch,
+    local Slowlog => slowlog::SlowlogCmd,
+    local Latency => latency::LatencyCmd,
+    local DbSize => dbsize::DbSize,
     state FlockAcquire => flock_acquire::FlockAcquire,
     state FlockRenew => flock_renew::FlockRenew,
     state FlockRelease => flock_release::FlockRelease,

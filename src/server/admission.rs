@@ -36,6 +36,11 @@ pub fn admit(shared: &Shared, conn: &ConnState, request: Request) -> Admitted {
     }
     let command = match commands::parse(index, request.args, shared.arg_limits) {
         Ok(command) => command,
+        // As in Redis, a subcommand the command lacks is no call of it, not even a rejected one.
+        Err(e @ CommandError::UnknownSubcommand { .. }) => {
+            stats::bump(&shared.stats.unknown_subcommands, 1);
+            return refuse(e);
+        }
         Err(e) => {
             stats::bump(&stat.rejected, 1);
             return refuse(e);

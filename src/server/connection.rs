@@ -42,6 +42,7 @@ enum ReplySlot {
         reply: fn(OpResult) -> Result<Reply, CommandError>,
         command: usize,
         started: Instant,
+        args: Option<stats::SlowArgs>,
     },
 }
 
@@ -165,6 +166,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 
     /// Admits and runs one request.
     async fn handle(&mut self, request: Request) -> std::io::Result<Next> {
+        // For the slow log: parsing consumes the arguments.
+        let args = stats::SlowArgs::capture(&self.shared, &request.args);
         let (index, command) = match admission::admit(&self.shared, &self.conn, request) {
             Admitted::Command { index, command } => (index, command),
             Admitted::Refused(reply) => {
@@ -203,8 +206,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         };
         let next = match command.execute(&mut ctx) {
             Execution::Local(result) => {
-                stats::bump(&stat.calls, 1);
-                stats::bump(&stat.usec, started.elapsed().as_micros() as u64);
+                let slow = args.as_ref().map(|a| (a, &*self.conn.handle));
+                stats::account_call(&self.shared, index, started, slow);
                 match result {
                     Ok(Outcome::Reply(reply)) => self.push_ready(reply),
                     Ok(Outcome::ReplyAndClose(reply)) => {
@@ -231,7 +234,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 Next::Continue
             }
             Execution::State(proposal) if proposal.wait_ms > 0 => {
-                return self.blocking(index, started, proposal).await;
+                return self.blocking(index, started, proposal, args).await;
             }
             Execution::State(Proposal { op, reply, .. }) => {
                 let pending = self.shared.log.propose(vec![op]);
@@ -242,6 +245,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         reply,
                         command: index,
                         started,
+                        args,
                     },
                     protocol: self.conn.protocol,
                 });
@@ -288,12 +292,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 reply,
                 command,
                 started,
+                args,
             } = std::mem::replace(&mut item.slot, ReplySlot::Ready(Reply::Null))
             else {
                 unreachable!("matched above");
             };
             let outcome = pending.await;
-            let reply = reply_to(&self.shared, command, started, outcome, reply);
+            let slow = args.as_ref().map(|a| (a, &*self.conn.handle));
+            let reply = reply_to(&self.shared, command, started, outcome, reply, slow);
             self.pending_size += approx_encoded_len(&reply);
             item.slot = ReplySlot::Ready(reply);
         }
@@ -426,11 +432,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         .and_then(Option::take)
                         .map(|r| vec![r])
                         .ok_or(ProposeError::ShuttingDown);
-                    replies.push(reply_to(&self.shared, command, started, outcome, reply));
+                    replies.push(reply_to(
+                        &self.shared,
+                        command,
+                        started,
+                        outcome,
+                        reply,
+                        None,
+                    ));
                 }
                 Step::Local { command, index } => {
                     let stat = &self.shared.stats.commands[index];
-                    stats::bump(&stat.calls, 1);
+                    stats::account(&self.shared.stats, index, 0);
                     let mut ctx = Ctx {
                         shared: &self.shared,
                         conn: &mut self.conn,
@@ -468,6 +481,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         command: usize,
         started: Instant,
         proposal: Proposal,
+        args: Option<stats::SlowArgs>,
     ) -> std::io::Result<Next> {
         self.resolve().await;
         self.flush().await?;
@@ -484,15 +498,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 Err(_) => None,
             };
             let Some(wait) = queued else {
-                let answer = reply_to(&self.shared, command, started, outcome, reply);
+                let slow = args.as_ref().map(|a| (a, &*self.conn.handle));
+                let answer = reply_to(&self.shared, command, started, outcome, reply, slow);
                 self.push_ready(answer);
                 return Ok(Next::Continue);
             };
             match self.park(&name, wait, deadline).await? {
                 Parked::Answered(answer) => {
-                    let stat = &self.shared.stats.commands[command];
-                    stats::bump(&stat.calls, 1);
-                    stats::bump(&stat.usec, started.elapsed().as_micros() as u64);
+                    // The wait was the client's asking: no latency event, no slow log entry.
+                    let usec = started.elapsed().as_micros() as u64;
+                    stats::account(&self.shared.stats, command, usec);
                     self.push_ready(answer);
                     return Ok(Next::Continue);
                 }
@@ -599,17 +614,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 }
 
 /// The reply of a state command from the outcome of its proposal. Its time in commandstats runs
-/// from admission to the result: the log's latency is part of what the command costs.
+/// from admission to the result: the log's latency is part of what the command costs (and of
+/// what the slow log and the latency monitor see, given the command's arguments in `slow`).
 fn reply_to(
     shared: &Shared,
     command: usize,
     started: Instant,
     outcome: Result<Vec<OpResult>, ProposeError>,
     reply: fn(OpResult) -> Result<Reply, CommandError>,
+    slow: Option<(&stats::SlowArgs, &ClientHandle)>,
 ) -> Reply {
     let stat = &shared.stats.commands[command];
-    stats::bump(&stat.calls, 1);
-    stats::bump(&stat.usec, started.elapsed().as_micros() as u64);
+    stats::account_call(shared, command, started, slow);
     let result = match outcome {
         Ok(mut results) if results.len() == 1 => reply(results.remove(0)),
         Ok(results) => Err(CommandError::UnexpectedResult(format!("{results:?}"))),

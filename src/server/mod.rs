@@ -192,6 +192,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
 
     let expiry = tokio::spawn(expiry::run(shared.clone()));
     tokio::spawn(reclaim_idle_names(shared.clone()));
+    tokio::spawn(stats::sample_memory(shared.clone()));
     tokio::spawn(watch_signals(shared.shutdown.clone()));
 
     info!("ready to accept connections on {local_addr}");

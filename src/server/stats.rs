@@ -1,7 +1,20 @@
-//! Server-wide counters for INFO stats and commandstats.
+//! Server-wide counters for INFO stats and commandstats, each command's latency histogram
+//! (LATENCY HISTOGRAM), the slow log (SLOWLOG), the latency monitor (LATENCY LATEST / HISTORY),
+//! the memory figures of INFO memory, and CONFIG RESETSTAT.
+//!
+//! Everything a command pays for on every call is a relaxed atomic add; the slow log and the
+//! latency monitor take their lock only for a call over their threshold.
 
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use super::Shared;
+use super::clients::ClientHandle;
 use crate::commands::TABLE;
 
 #[derive(Default)]
@@ -10,6 +23,8 @@ pub struct CommandStat {
     pub usec: AtomicU64,
     pub rejected: AtomicU64,
     pub failed: AtomicU64,
+    /// The calls by duration, for LATENCY HISTOGRAM.
+    pub histogram: Histogram,
 }
 
 pub struct ServerStats {
@@ -20,9 +35,16 @@ pub struct ServerStats {
     pub net_input_bytes: AtomicU64,
     pub net_output_bytes: AtomicU64,
     pub unknown_commands: AtomicU64,
+    /// A known command with a subcommand it does not have (`CLIENT MAINT_NOTIFICATIONS`): as in
+    /// Redis an error reply, but no call (not even a rejected one) of any command.
+    pub unknown_subcommands: AtomicU64,
     /// Idle lock names forgotten to stay within `max-idle-names`.
     pub names_forgotten: AtomicU64,
     pub commands: Vec<CommandStat>,
+    pub slowlog: SlowLog,
+    pub latency: LatencyMonitor,
+    /// The highest `used_memory` seen (by INFO or the once-a-second sample), in bytes.
+    pub memory_peak: AtomicU64,
 }
 
 impl Default for ServerStats {
@@ -35,8 +57,12 @@ impl Default for ServerStats {
             net_input_bytes: AtomicU64::new(0),
             net_output_bytes: AtomicU64::new(0),
             unknown_commands: AtomicU64::new(0),
+            unknown_subcommands: AtomicU64::new(0),
             names_forgotten: AtomicU64::new(0),
             commands: TABLE.iter().map(|_| CommandStat::default()).collect(),
+            slowlog: SlowLog::default(),
+            latency: LatencyMonitor::default(),
+            memory_peak: AtomicU64::new(0),
         }
     }
 }
@@ -47,4 +73,629 @@ pub fn bump(counter: &AtomicU64, by: u64) {
 
 pub fn read(counter: &AtomicU64) -> u64 {
     counter.load(Ordering::Relaxed)
+}
+
+fn zero(counter: &AtomicU64) {
+    counter.store(0, Ordering::Relaxed);
+}
+
+/// One call of the command at table index `index` that took `usec`: its commandstats and its
+/// histogram. For calls whose time is not the server's doing (a WAIT that waited for the lock),
+/// which therefore stay out of the latency monitor and the slow log.
+pub fn account(stats: &ServerStats, index: usize, usec: u64) {
+    let stat = &stats.commands[index];
+    bump(&stat.calls, 1);
+    bump(&stat.usec, usec);
+    stat.histogram.record(usec);
+}
+
+/// One call that ran from `started` until now: commandstats, histogram, the latency monitor
+/// (event `fast-command` or `command`, as Redis) and, given its arguments, the slow log.
+pub fn account_call(
+    shared: &Shared,
+    index: usize,
+    started: Instant,
+    slow: Option<(&SlowArgs, &ClientHandle)>,
+) {
+    let usec = started.elapsed().as_micros() as u64;
+    account(&shared.stats, index, usec);
+    let event = if TABLE[index].flags.fast {
+        "fast-command"
+    } else {
+        "command"
+    };
+    shared
+        .stats
+        .latency
+        .add_if_needed(shared.config.latency_monitor_threshold, event, usec / 1000);
+    // EXEC is not logged (as in Redis): the commands it ran are.
+    if let Some((args, client)) = slow
+        && TABLE[index].name != "exec"
+    {
+        shared.stats.slowlog.record(
+            shared.config.slowlog_log_slower_than,
+            shared.config.slowlog_max_len,
+            usec,
+            args,
+            client,
+        );
+    }
+}
+
+/// CONFIG RESETSTAT: what Redis resets. INFO stats' counters, commandstats and the latency
+/// histograms, and the lock table's event counters (its gauges stay: they are state). The slow
+/// log, the latency monitor and the memory peak are kept, as Redis keeps them.
+pub fn reset(shared: &Shared) {
+    let s = &shared.stats;
+    for counter in [
+        &s.connections_received,
+        &s.rejected_connections,
+        &s.commands_processed,
+        &s.protocol_errors,
+        &s.net_input_bytes,
+        &s.net_output_bytes,
+        &s.unknown_commands,
+        &s.unknown_subcommands,
+        &s.names_forgotten,
+    ] {
+        zero(counter);
+    }
+    for stat in &s.commands {
+        for counter in [&stat.calls, &stat.usec, &stat.rejected, &stat.failed] {
+            zero(counter);
+        }
+        stat.histogram.reset();
+    }
+    shared.host.index().reset_stats();
+}
+
+// ----------------------------------------------------------------------------- histograms
+
+/// Buckets of a latency histogram: Redis's reporting levels from 1 µs to 1 s.
+pub const HISTOGRAM_BUCKETS: usize = 21;
+
+/// Calls by duration in power-of-two buckets, lock-free. The buckets are the levels Redis 7
+/// reports for LATENCY HISTOGRAM: Redis keeps an HdrHistogram of nanoseconds (1 µs to 1 s, two
+/// significant digits) and walks it in powers of two from 1024 ns, naming each level by the
+/// highest value it holds, in µs: 1, 2, 4, 8, 16, 33, 66, 132, 264, ... A call of `d` µs counts
+/// in the first level whose name is at least `d`, exactly as it would in Redis.
+#[derive(Default)]
+pub struct Histogram([AtomicU64; HISTOGRAM_BUCKETS]);
+
+/// The highest duration, in ns, that level `i` (1024·2^i ns) of Redis's histogram holds: the
+/// level plus the width of its sub-bucket (512 ns below 131072 ns, a 128th of it above) less 1.
+fn bucket_bound_ns(i: usize) -> u64 {
+    let level = 1024u64 << i;
+    let unit = if level < 131_072 { 512 } else { level >> 7 };
+    level + unit - 1
+}
+
+/// The name of bucket `i` in LATENCY HISTOGRAM replies, in µs.
+pub fn bucket_usec(i: usize) -> u64 {
+    bucket_bound_ns(i) / 1000
+}
+
+fn bucket_of(usec: u64) -> usize {
+    // Redis records whole microseconds and clamps them to 1 µs ..= 1 s.
+    let ns = usec.clamp(1, 1_000_000) * 1000;
+    (0..HISTOGRAM_BUCKETS)
+        .find(|&i| ns <= bucket_bound_ns(i))
+        .unwrap_or(HISTOGRAM_BUCKETS - 1)
+}
+
+impl Histogram {
+    pub fn record(&self, usec: u64) {
+        bump(&self.0[bucket_of(usec)], 1);
+    }
+
+    /// The calls counted, and the cumulative count up to each bucket that holds any, as
+    /// (bucket name in µs, calls that took at most that long).
+    pub fn cumulative(&self) -> (u64, Vec<(u64, u64)>) {
+        let mut total = 0;
+        let mut levels = Vec::new();
+        for (i, count) in self.0.iter().enumerate() {
+            let count = read(count);
+            if count > 0 {
+                total += count;
+                levels.push((bucket_usec(i), total));
+            }
+        }
+        (total, levels)
+    }
+
+    fn reset(&self) {
+        self.0.iter().for_each(zero);
+    }
+}
+
+// ----------------------------------------------------------------------------- slow log
+
+/// Redis keeps at most this many arguments of a slow command (the last one says how many more
+/// there were) ...
+const SLOWLOG_MAX_ARGC: usize = 32;
+/// ... and at most this many bytes of each.
+const SLOWLOG_MAX_STRING: usize = 128;
+
+/// A command's arguments as received, captured before parsing consumes them, as far as the slow
+/// log could show them: the first 32 and how many there were.
+pub struct SlowArgs {
+    head: Vec<Bytes>,
+    argc: usize,
+}
+
+impl SlowArgs {
+    /// `None` when the slow log is off (nothing is copied then).
+    pub fn capture(shared: &Shared, argv: &[Bytes]) -> Option<SlowArgs> {
+        (shared.config.slowlog_log_slower_than >= 0).then(|| SlowArgs {
+            head: argv[..argv.len().min(SLOWLOG_MAX_ARGC)].to_vec(),
+            argc: argv.len(),
+        })
+    }
+
+    /// The arguments as the slow log keeps them, in Redis's words: secrets replaced by
+    /// `(redacted)`, more than 32 arguments cut to 31 and `... (N more arguments)`, an argument
+    /// over 128 bytes cut to 128 and `... (N more bytes)`. Copied: an entry must not pin a read
+    /// buffer.
+    fn for_log(&self) -> Vec<Bytes> {
+        let keep = if self.argc > SLOWLOG_MAX_ARGC {
+            SLOWLOG_MAX_ARGC - 1
+        } else {
+            self.argc
+        };
+        let mut args: Vec<Bytes> = self.head[..keep]
+            .iter()
+            .enumerate()
+            .map(|(i, arg)| {
+                if redacted(&self.head, i) {
+                    Bytes::from_static(b"(redacted)")
+                } else if arg.len() > SLOWLOG_MAX_STRING {
+                    let mut cut = arg[..SLOWLOG_MAX_STRING].to_vec();
+                    cut.extend_from_slice(
+                        format!("... ({} more bytes)", arg.len() - SLOWLOG_MAX_STRING).as_bytes(),
+                    );
+                    Bytes::from(cut)
+                } else {
+                    Bytes::copy_from_slice(arg)
+                }
+            })
+            .collect();
+        if keep < self.argc {
+            args.push(Bytes::from(format!(
+                "... ({} more arguments)",
+                self.argc - keep
+            )));
+        }
+        args
+    }
+}
+
+/// Whether argument `i` is a secret Redis hides (`redactClientCommandArgument`): AUTH's
+/// arguments, the user and password after HELLO's AUTH, and a `requirepass` value given to
+/// CONFIG SET.
+fn redacted(args: &[Bytes], i: usize) -> bool {
+    let is = |j: usize, word: &[u8]| args.get(j).is_some_and(|a| a.eq_ignore_ascii_case(word));
+    if is(0, b"auth") {
+        return i > 0;
+    }
+    if is(0, b"hello") {
+        // HELLO protover [AUTH user pass] [SETNAME name], options in any order.
+        let mut j = 2;
+        while j < args.len() {
+            if is(j, b"auth") && j + 2 < args.len() {
+                if i == j + 1 || i == j + 2 {
+                    return true;
+                }
+                j += 3;
+            } else if is(j, b"setname") {
+                j += 2;
+            } else {
+                break;
+            }
+        }
+        return false;
+    }
+    if is(0, b"config") && is(1, b"set") {
+        return i >= 3 && i % 2 == 1 && is(i - 1, b"requirepass");
+    }
+    false
+}
+
+/// One slow command, as SLOWLOG GET shows it.
+#[derive(Clone, Debug)]
+pub struct SlowEntry {
+    pub id: u64,
+    pub unix_time: u64,
+    pub usec: u64,
+    pub args: Vec<Bytes>,
+    pub client_addr: String,
+    pub client_name: Bytes,
+}
+
+#[derive(Default)]
+pub struct SlowLog {
+    inner: Mutex<SlowLogInner>,
+}
+
+#[derive(Default)]
+struct SlowLogInner {
+    next_id: u64,
+    /// Newest first.
+    entries: VecDeque<SlowEntry>,
+}
+
+impl SlowLog {
+    /// Logs a call of `usec` if it took at least `slower_than` µs (-1: never), keeping at most
+    /// `max_len` entries.
+    pub fn record(
+        &self,
+        slower_than: i64,
+        max_len: usize,
+        usec: u64,
+        args: &SlowArgs,
+        client: &ClientHandle,
+    ) {
+        if slower_than < 0 || usec < slower_than as u64 {
+            return;
+        }
+        let mut entry = SlowEntry {
+            id: 0,
+            unix_time: unix_time(),
+            usec,
+            args: args.for_log(),
+            client_addr: client.addr.to_string(),
+            client_name: client.names.lock().name.clone().unwrap_or_default(),
+        };
+        let mut inner = self.inner.lock();
+        entry.id = inner.next_id;
+        inner.next_id += 1;
+        inner.entries.push_front(entry);
+        inner.entries.truncate(max_len);
+    }
+
+    /// The newest `count` entries (all when `None`), newest first; `max_len` is applied first
+    /// (it may have been lowered since the entries were logged).
+    pub fn get(&self, count: Option<usize>, max_len: usize) -> Vec<SlowEntry> {
+        let mut inner = self.inner.lock();
+        inner.entries.truncate(max_len);
+        let count = count.unwrap_or(usize::MAX);
+        inner.entries.iter().take(count).cloned().collect()
+    }
+
+    pub fn len(&self, max_len: usize) -> usize {
+        let mut inner = self.inner.lock();
+        inner.entries.truncate(max_len);
+        inner.entries.len()
+    }
+
+    /// SLOWLOG RESET: drops the entries; ids keep counting, as in Redis.
+    pub fn reset(&self) {
+        self.inner.lock().entries.clear();
+    }
+}
+
+fn unix_time() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
+
+// ----------------------------------------------------------------------------- latency monitor
+
+/// Samples an event keeps, one per second at most (Redis's `LATENCY_TS_LEN`).
+const LATENCY_SAMPLES: usize = 160;
+
+/// The events the latency monitor records: a command flagged fast, any other command.
+pub const LATENCY_EVENTS: &[&str] = &["command", "fast-command"];
+
+/// Redis's latency monitor: per event, the worst latency of each second it went over
+/// `latency-monitor-threshold` (the last 160 such seconds) and its all-time worst.
+#[derive(Default)]
+pub struct LatencyMonitor {
+    /// In the order the events first occurred.
+    events: Mutex<Vec<LatencySeries>>,
+}
+
+#[derive(Clone)]
+pub struct LatencySeries {
+    pub event: &'static str,
+    /// (unix time, ms), oldest first.
+    pub samples: VecDeque<(u64, u64)>,
+    pub max_ms: u64,
+}
+
+impl LatencyMonitor {
+    /// Records `ms` for `event` if the monitor is on (`threshold_ms` > 0) and `ms` reaches it.
+    pub fn add_if_needed(&self, threshold_ms: u64, event: &'static str, ms: u64) {
+        if threshold_ms == 0 || ms < threshold_ms {
+            return;
+        }
+        let now = unix_time();
+        let mut events = self.events.lock();
+        let series = match events.iter().position(|s| s.event == event) {
+            Some(i) => &mut events[i],
+            None => {
+                events.push(LatencySeries {
+                    event,
+                    samples: VecDeque::with_capacity(LATENCY_SAMPLES),
+                    max_ms: 0,
+                });
+                events.last_mut().expect("just pushed")
+            }
+        };
+        series.max_ms = series.max_ms.max(ms);
+        match series.samples.back_mut() {
+            // One sample per second: its worst latency.
+            Some((time, worst)) if *time == now => *worst = (*worst).max(ms),
+            _ => {
+                if series.samples.len() == LATENCY_SAMPLES {
+                    series.samples.pop_front();
+                }
+                series.samples.push_back((now, ms));
+            }
+        }
+    }
+
+    /// Every event that occurred, with its samples.
+    pub fn events(&self) -> Vec<LatencySeries> {
+        self.events.lock().clone()
+    }
+
+    /// LATENCY RESET: forgets the named events (case-insensitively), or all of them when none is
+    /// named; how many were forgotten.
+    pub fn reset(&self, names: &[Bytes]) -> usize {
+        let mut events = self.events.lock();
+        let before = events.len();
+        if names.is_empty() {
+            events.clear();
+        } else {
+            events.retain(|s| {
+                !names
+                    .iter()
+                    .any(|n| n.eq_ignore_ascii_case(s.event.as_bytes()))
+            });
+        }
+        before - events.len()
+    }
+}
+
+// ----------------------------------------------------------------------------- memory
+
+/// The process's memory, for INFO memory.
+pub struct Memory {
+    /// Bytes the allocator handed out and not got back (glibc's `mallinfo2`); the RSS where that
+    /// cannot be asked.
+    pub used: u64,
+    /// Resident set size, from /proc/self/statm.
+    pub rss: u64,
+    /// The highest `used` seen.
+    pub peak: u64,
+    /// Physical memory of the machine.
+    pub total_system: u64,
+}
+
+/// Measures the process's memory now, raising the recorded peak if need be.
+pub fn memory(stats: &ServerStats) -> Memory {
+    let rss = rss_bytes();
+    let used = allocated_bytes().unwrap_or(rss);
+    let peak = stats
+        .memory_peak
+        .fetch_max(used, Ordering::Relaxed)
+        .max(used);
+    Memory {
+        used,
+        rss,
+        peak,
+        total_system: total_system_bytes(),
+    }
+}
+
+/// Keeps `used_memory_peak` honest between INFO calls: samples the memory once a second.
+pub async fn sample_memory(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shared.shutdown.cancelled() => return,
+        }
+        memory(&shared.stats);
+    }
+}
+
+/// glibc's own count of the bytes it has handed out: in use in every arena (`uordblks`) plus
+/// the chunks it mapped directly (`hblkhd`, allocations of 128 KiB and more).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn allocated_bytes() -> Option<u64> {
+    // SAFETY: mallinfo2 takes no arguments and only reads the allocator's bookkeeping (under
+    // its arena locks); it is there since glibc 2.33 (Debian 12 has 2.36).
+    let info = unsafe { libc::mallinfo2() };
+    Some((info.uordblks + info.hblkhd) as u64)
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn allocated_bytes() -> Option<u64> {
+    None
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 { size as u64 } else { 4096 }
+}
+
+/// Resident pages (the second field of /proc/self/statm) times the page size; 0 off Linux.
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page_size())
+}
+
+fn total_system_bytes() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    if pages > 0 {
+        pages as u64 * page_size()
+    } else {
+        0
+    }
+}
+
+/// Redis's `bytesToHuman`: `1023B`, `1.50K`, `12.34M`, `2.00G`, ...
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["K", "M", "G", "T", "P"];
+    if n < 1024 {
+        return format!("{n}B");
+    }
+    let mut scale = 1024f64;
+    for unit in UNITS {
+        if (n as f64) < scale * 1024.0 {
+            return format!("{:.2}{unit}", n as f64 / scale);
+        }
+        scale *= 1024.0;
+    }
+    format!("{n}B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_the_levels_redis_reports() {
+        let names: Vec<u64> = (0..HISTOGRAM_BUCKETS).map(bucket_usec).collect();
+        assert_eq!(
+            &names[..12],
+            &[1, 2, 4, 8, 16, 33, 66, 132, 264, 528, 1056, 2113]
+        );
+        assert_eq!(names[HISTOGRAM_BUCKETS - 1], 1_082_130);
+        // A call counts in the first level named at least its duration; 0 µs counts as 1 µs,
+        // and anything over a second in the last level.
+        for (usec, bucket) in [
+            (0, 0),
+            (1, 0),
+            (2, 1),
+            (3, 2),
+            (4, 2),
+            (5, 3),
+            (16, 4),
+            (17, 5),
+            (33, 5),
+            (34, 6),
+            (132, 7),
+            (133, 8),
+            (1_000_000, 20),
+            (u64::MAX, 20),
+        ] {
+            assert_eq!(bucket_of(usec), bucket, "{usec} µs");
+        }
+        let h = Histogram::default();
+        for usec in [0, 1, 1, 2, 7, 40] {
+            h.record(usec);
+        }
+        assert_eq!(h.cumulative(), (6, vec![(1, 3), (2, 4), (8, 5), (66, 6)]));
+        h.reset();
+        assert_eq!(h.cumulative(), (0, vec![]));
+    }
+
+    fn args(list: &[&[u8]]) -> SlowArgs {
+        let argv: Vec<Bytes> = list.iter().map(|a| Bytes::copy_from_slice(a)).collect();
+        SlowArgs {
+            head: argv[..argv.len().min(SLOWLOG_MAX_ARGC)].to_vec(),
+            argc: argv.len(),
+        }
+    }
+
+    fn shown(a: &SlowArgs) -> Vec<String> {
+        a.for_log()
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn slow_log_arguments_follow_redis_rules() {
+        assert_eq!(
+            shown(&args(&[b"AUTH", b"alice", b"secret"])),
+            ["AUTH", "(redacted)", "(redacted)"]
+        );
+        assert_eq!(
+            shown(&args(&[
+                b"hello", b"3", b"SETNAME", b"n", b"auth", b"u", b"pw"
+            ])),
+            [
+                "hello",
+                "3",
+                "SETNAME",
+                "n",
+                "auth",
+                "(redacted)",
+                "(redacted)"
+            ]
+        );
+        assert_eq!(
+            shown(&args(&[
+                b"CONFIG",
+                b"SET",
+                b"maxclients",
+                b"5",
+                b"requirepass",
+                b"pw"
+            ])),
+            [
+                "CONFIG",
+                "SET",
+                "maxclients",
+                "5",
+                "requirepass",
+                "(redacted)"
+            ]
+        );
+        let long = vec![b'x'; 200];
+        let cut = shown(&args(&[b"ECHO", &long]));
+        assert_eq!(cut[1], format!("{}... (72 more bytes)", "x".repeat(128)));
+        let many: Vec<&[u8]> = std::iter::repeat_n(&b"a"[..], 40).collect();
+        let cut = shown(&args(&many));
+        assert_eq!(cut.len(), 32);
+        assert_eq!(cut[31], "... (9 more arguments)");
+        assert_eq!(shown(&args(&many[..32])).len(), 32);
+    }
+
+    #[test]
+    fn latency_monitor_keeps_the_worst_per_second_and_resets_by_name() {
+        let m = LatencyMonitor::default();
+        m.add_if_needed(0, "command", 500);
+        assert!(m.events().is_empty(), "threshold 0 is off");
+        m.add_if_needed(10, "command", 5);
+        assert!(m.events().is_empty(), "under the threshold");
+        m.add_if_needed(10, "command", 20);
+        m.add_if_needed(10, "command", 30);
+        m.add_if_needed(10, "fast-command", 12);
+        let events = m.events();
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].event, "command");
+        assert_eq!(events[0].max_ms, 30);
+        assert!(events[0].samples.len() <= 2);
+        assert_eq!(events[0].samples.back().unwrap().1, 30);
+        assert_eq!(m.reset(&[Bytes::from_static(b"FAST-COMMAND")]), 1);
+        assert_eq!(m.reset(&[]), 1);
+        assert!(m.events().is_empty());
+    }
+
+    #[test]
+    fn human_bytes_reads_like_redis() {
+        assert_eq!(human_bytes(0), "0B");
+        assert_eq!(human_bytes(1023), "1023B");
+        assert_eq!(human_bytes(1536), "1.50K");
+        assert_eq!(human_bytes(3 * 1024 * 1024), "3.00M");
+        assert_eq!(human_bytes(5 << 30), "5.00G");
+    }
+
+    #[test]
+    fn memory_is_measured() {
+        let stats = ServerStats::default();
+        let m = memory(&stats);
+        assert!(m.used > 0 && m.rss > 0 && m.total_system > 0);
+        assert!(m.peak >= m.used);
+    }
 }

@@ -1,0 +1,35 @@
+//! DBSIZE: the number of lock names the table keeps (held, waited for, or idle with a counter),
+//! as INFO's `lock_names` and the keyspace line `db0:keys=` report it. Fence keys are not
+//! counted.
+
+use flockd_proto::Reply;
+
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use crate::server::context::{CommandResult, Ctx, reply};
+
+#[derive(Debug)]
+pub struct DbSize;
+
+impl CommandDef for DbSize {
+    const META: Meta = Meta {
+        syntax: "DBSIZE",
+        group: "server",
+        ..Meta::new(
+            "dbsize",
+            1,
+            CommandFlags::READ,
+            "Returns the number of lock names kept.",
+        )
+    };
+
+    fn parse(_args: &mut Args) -> Result<Self, CommandError> {
+        Ok(DbSize)
+    }
+}
+
+impl LocalCommand for DbSize {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        let names = ctx.machine().lock_stats().names;
+        reply(Reply::Integer(names as i64))
+    }
+}
