@@ -44,7 +44,7 @@ impl CommandDef for Auth {
 
 impl LocalCommand for Auth {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        if ctx.shared.config.requirepass.is_none() && self.username.is_none() {
+        if ctx.shared.config.load().requirepass.is_none() && self.username.is_none() {
             return Err(CommandError::NoPasswordConfigured);
         }
         check_credentials(ctx, self.username.as_deref(), &self.password)?;
@@ -59,7 +59,7 @@ pub fn check_credentials(
     password: &[u8],
 ) -> Result<(), CommandError> {
     let user_ok = username.is_none_or(|u| u == b"default");
-    let password_ok = match &ctx.shared.config.requirepass {
+    let password_ok = match &ctx.shared.config.load().requirepass {
         None => true,
         Some(expected) => constant_time_eq(expected.as_bytes(), password),
     };

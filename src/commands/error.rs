@@ -85,10 +85,10 @@ pub enum CommandError {
     /// BGREWRITEAOF refused (one runs already, or the AOF is stopping).
     #[error("ERR {0}")]
     Rewrite(String),
-    #[error(
-        "ERR CONFIG {0} is not supported: set flockd's configuration in its file, FLOCKD_* variables or flags and restart"
-    )]
-    ConfigUnsupported(String),
+    #[error("ERR {0}")]
+    ConfigSet(#[from] crate::server::reconfigure::ReconfigureError),
+    #[error("ERR {0}")]
+    ConfigRewrite(#[from] crate::config::rewrite::RewriteError),
     /// A known subcommand with arguments it does not take (Redis's
     /// `addReplySubcommandSyntaxError`).
     #[error("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {command} HELP.")]

@@ -138,11 +138,19 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
             );
+            // As in Redis: the absolute path CONFIG REWRITE writes, empty without a file.
+            let config_file = shared.config.load().config_file.as_ref().map(|p| {
+                std::fs::canonicalize(p)
+                    .unwrap_or_else(|_| p.clone())
+                    .display()
+                    .to_string()
+            });
+            field("config_file", &config_file.unwrap_or_default());
         }
         "clients" => {
             field("# Clients", &"");
             field("connected_clients", &shared.clients.connected());
-            field("maxclients", &shared.config.maxclients);
+            field("maxclients", &shared.config.load().maxclients);
             field("blocked_clients", &shared.clients.blocked());
         }
         "memory" => {
@@ -254,7 +262,7 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
             field("expirations", &l.expirations);
             field("force_releases", &l.force_releases);
             field("notowner_rejections", &l.notowner_rejections);
-            field("max_idle_names", &shared.config.max_idle_names);
+            field("max_idle_names", &shared.config.load().max_idle_names);
             field("names_forgotten", &read(&shared.stats.names_forgotten));
             field("token_floor", &floor);
             field("fence_keys", &f.keys);

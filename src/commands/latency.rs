@@ -222,7 +222,7 @@ impl LocalCommand for LatencyCmd {
                 reply(Reply::Map(map))
             }
             LatencyCmd::Doctor => reply(Reply::Verbatim(Bytes::from(doctor(
-                ctx.shared.config.latency_monitor_threshold,
+                ctx.shared.config.load().latency_monitor_threshold,
                 &stats.latency.events(),
             )))),
             LatencyCmd::Help => reply(Reply::Array(

@@ -23,7 +23,7 @@ mod auth;
 mod bgrewriteaof;
 mod client;
 mod command;
-mod config_get;
+mod config;
 mod dbsize;
 mod echo;
 mod fence_get;
@@ -193,7 +193,7 @@ command_table! {
     local Reset => reset::Reset,
     local Introspection => command::CommandCmd,
     local Info => info::Info,
-    local ConfigGet => config_get::ConfigCmd,
+    local Config => config::ConfigCmd,
     local Time => time::Time,
     local BgRewriteAof => bgrewriteaof::BgRewriteAof,
     local Shutdown => shutdown::Shutdown,

@@ -35,7 +35,7 @@ impl LocalCommand for Reset {
             .handle
             .resp
             .store(2, std::sync::atomic::Ordering::Relaxed);
-        ctx.conn.authenticated = ctx.shared.config.requirepass.is_none();
+        ctx.conn.authenticated = ctx.shared.config.load().requirepass.is_none();
         ctx.conn.handle.names.lock().name = None;
         ctx.conn.transaction = None;
         reply(Reply::Simple("RESET".into()))

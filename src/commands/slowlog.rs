@@ -113,7 +113,7 @@ fn parse_count(raw: &Bytes) -> Result<Option<usize>, CommandError> {
 impl LocalCommand for SlowlogCmd {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         let slowlog = &ctx.shared.stats.slowlog;
-        let max_len = ctx.shared.config.slowlog_max_len;
+        let max_len = ctx.shared.config.load().slowlog_max_len;
         match self {
             SlowlogCmd::Get(count) => {
                 let entries = slowlog.get(count, max_len);

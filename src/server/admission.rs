@@ -34,7 +34,7 @@ pub fn admit(shared: &Shared, conn: &ConnState, request: Request) -> Admitted {
         stats::bump(&stat.rejected, 1);
         return refuse(CommandError::NoAuth);
     }
-    let command = match commands::parse(index, request.args, shared.arg_limits) {
+    let command = match commands::parse(index, request.args, shared.arg_limits()) {
         Ok(command) => command,
         // As in Redis, a subcommand the command lacks is no call of it, not even a rejected one.
         Err(e @ CommandError::UnknownSubcommand { .. }) => {

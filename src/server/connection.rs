@@ -77,7 +77,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let id = handle.id;
-    let authenticated = shared.config.requirepass.is_none();
+    let authenticated = shared.config.load().requirepass.is_none();
     let mut connection = Connection {
         shared: shared.clone(),
         stream,
@@ -143,7 +143,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     async fn process_input(&mut self) -> std::io::Result<Next> {
         loop {
             let limits = if self.conn.authenticated {
-                self.shared.limits
+                self.shared.limits()
             } else {
                 PREAUTH_LIMITS
             };
@@ -271,7 +271,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 
     fn query_buffer_limit(&self) -> usize {
         if self.conn.authenticated {
-            self.shared.config.client_query_buffer_limit
+            self.shared.config.load().client_query_buffer_limit
         } else {
             PREAUTH_QUERY_BUFFER
         }
@@ -314,7 +314,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         let mut lines = shared.monitors.subscribe();
         loop {
             loop {
-                match self.parser.parse(&mut self.input, &shared.limits) {
+                match self.parser.parse(&mut self.input, &shared.limits()) {
                     Ok(Some(request)) => {
                         let name = request.args[0].to_ascii_lowercase();
                         if name == b"quit" {

@@ -16,6 +16,7 @@ mod expiry;
 pub mod host;
 pub mod monitor;
 pub mod propose;
+pub mod reconfigure;
 pub mod stats;
 mod waiters;
 
@@ -49,7 +50,8 @@ pub const PREAUTH_QUERY_BUFFER: usize = 1024 * 1024;
 
 /// Everything connections share.
 pub struct Shared {
-    pub config: Config,
+    /// The running configuration (CONFIG SET changes it).
+    pub config: reconfigure::LiveConfig,
     /// The state machine: read by connections, applied to by the log.
     pub host: Arc<StateHost>,
     /// Where state changes are proposed.
@@ -63,8 +65,6 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     pub started: Instant,
     pub local_addr: SocketAddr,
-    pub limits: Limits,
-    pub arg_limits: crate::commands::ArgLimits,
     pub replayed: flockd_aof::ReplayReport,
 }
 
@@ -163,18 +163,8 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         .local_addr()
         .map_err(|source| ServerError::Bind { addr, source })?;
 
-    let limits = Limits {
-        max_bulk_len: config.proto_max_bulk_len,
-        max_args: config.max_args,
-        max_inline_len: config.max_inline_len,
-    };
-    let arg_limits = crate::commands::ArgLimits {
-        max_name_bytes: config.max_name_bytes,
-        max_lease_ms: config.max_lease_ms,
-        max_wait_ms: config.max_wait_ms,
-    };
     let shared = Arc::new(Shared {
-        config,
+        config: reconfigure::LiveConfig::new(config),
         host,
         log,
         aof,
@@ -185,8 +175,6 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         shutdown: CancellationToken::new(),
         started: Instant::now(),
         local_addr,
-        limits,
-        arg_limits,
         replayed,
     });
 
@@ -216,7 +204,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         shared.clients.connected()
     );
     connections.close();
-    let grace = Duration::from_millis(shared.config.shutdown_timeout_ms);
+    let grace = Duration::from_millis(shared.config.load().shutdown_timeout_ms);
     if tokio::time::timeout(grace, connections.wait())
         .await
         .is_err()
@@ -238,7 +226,7 @@ fn accept(shared: &Arc<Shared>, connections: &TaskTracker, stream: TcpStream, pe
     let laddr = stream.local_addr().unwrap_or(shared.local_addr);
     match shared
         .clients
-        .register(peer, laddr, shared.config.maxclients)
+        .register(peer, laddr, shared.config.load().maxclients)
     {
         Some(handle) => {
             connections.spawn(connection::serve(shared.clone(), stream, handle));
@@ -265,15 +253,16 @@ fn accept(shared: &Arc<Shared>, connections: &TaskTracker, stream: TcpStream, pe
 async fn reclaim_idle_names(shared: Arc<Shared>) {
     /// Names forgotten by one op at most.
     const BATCH: usize = 10_000;
-    let max = shared.config.max_idle_names;
-    if max == 0 {
-        return;
-    }
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shared.shutdown.cancelled() => return,
+        }
+        // Read each time: CONFIG SET max-idle-names takes effect at the next tick (0: no bound).
+        let max = shared.config.load().max_idle_names;
+        if max == 0 {
+            continue;
         }
         loop {
             let host = shared.host.clone();

@@ -99,6 +99,7 @@ pub fn account_call(
 ) {
     let usec = started.elapsed().as_micros() as u64;
     account(&shared.stats, index, usec);
+    let config = shared.config.load();
     let event = if TABLE[index].flags.fast {
         "fast-command"
     } else {
@@ -107,14 +108,14 @@ pub fn account_call(
     shared
         .stats
         .latency
-        .add_if_needed(shared.config.latency_monitor_threshold, event, usec / 1000);
+        .add_if_needed(config.latency_monitor_threshold, event, usec / 1000);
     // EXEC is not logged (as in Redis): the commands it ran are.
     if let Some((args, client)) = slow
         && TABLE[index].name != "exec"
     {
         shared.stats.slowlog.record(
-            shared.config.slowlog_log_slower_than,
-            shared.config.slowlog_max_len,
+            config.slowlog_log_slower_than,
+            config.slowlog_max_len,
             usec,
             args,
             client,
@@ -226,7 +227,7 @@ pub struct SlowArgs {
 impl SlowArgs {
     /// `None` when the slow log is off (nothing is copied then).
     pub fn capture(shared: &Shared, argv: &[Bytes]) -> Option<SlowArgs> {
-        (shared.config.slowlog_log_slower_than >= 0).then(|| SlowArgs {
+        (shared.config.load().slowlog_log_slower_than >= 0).then(|| SlowArgs {
             head: argv[..argv.len().min(SLOWLOG_MAX_ARGC)].to_vec(),
             argc: argv.len(),
         })

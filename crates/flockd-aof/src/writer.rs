@@ -13,6 +13,8 @@
 //! the queue itself ([`Aof::write_now`]: a write to the page cache, no thread hand-off); the
 //! writer thread syncs at most once a second (`everysec`; never under `no`, but at rewrite and
 //! shutdown) and polls for proposals nobody pushed.
+//! The policy can change at run time ([`Aof::set_fsync_policy`]): the switch happens with the
+//! file's state held, and a switch to `always` first syncs what was written before it.
 //!
 //! **Rewrite.** Between two batches (everything taken is applied) the writer notes the last
 //! position S; a rewrite thread takes a [`Snapshot`] from the applier (at some position P >= S:
@@ -40,7 +42,7 @@ use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -130,9 +132,12 @@ pub struct AofStats {
 struct WriterShared {
     path: PathBuf,
     tmp_path: PathBuf,
-    policy: FsyncPolicy,
-    rewrite_min_size: u64,
-    rewrite_percentage: u64,
+    /// The fsync policy (an [`FsyncPolicy`] as `policy_to_u8` spells it): read on every
+    /// proposal, changed at run time by [`Aof::set_fsync_policy`].
+    policy: AtomicU8,
+    /// Automatic rewrites (changed at run time by [`Aof::set_auto_rewrite`]).
+    rewrite_min_size: AtomicU64,
+    rewrite_percentage: AtomicU64,
     applier: Arc<dyn Applier>,
     queue: Mutex<Queue>,
     /// Wakes the writer: a change was queued, a rewrite requested or finished, or stop.
@@ -231,6 +236,24 @@ struct RewriteRun {
     handle: Option<JoinHandle<()>>,
 }
 
+fn policy_to_u8(policy: FsyncPolicy) -> u8 {
+    match policy {
+        FsyncPolicy::Always => 0,
+        FsyncPolicy::EverySec => 1,
+        FsyncPolicy::No => 2,
+    }
+}
+
+impl WriterShared {
+    fn policy(&self) -> FsyncPolicy {
+        match self.policy.load(Ordering::Acquire) {
+            0 => FsyncPolicy::Always,
+            1 => FsyncPolicy::EverySec,
+            _ => FsyncPolicy::No,
+        }
+    }
+}
+
 fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -315,9 +338,9 @@ impl Aof {
         let sh = Arc::new(WriterShared {
             path: path.clone(),
             tmp_path,
-            policy: opts.fsync,
-            rewrite_min_size: opts.rewrite_min_size,
-            rewrite_percentage: opts.rewrite_percentage,
+            policy: AtomicU8::new(policy_to_u8(opts.fsync)),
+            rewrite_min_size: AtomicU64::new(opts.rewrite_min_size),
+            rewrite_percentage: AtomicU64::new(opts.rewrite_percentage),
             applier,
             queue: Mutex::new(Queue {
                 last_seq: start_position,
@@ -403,7 +426,7 @@ impl Aof {
         }
         // Under `everysec` and `no` the proposer writes the queue itself (`write_now`), and the
         // writer thread polls for what nobody pushed: no wake-up per proposal.
-        if self.sh.policy == FsyncPolicy::Always {
+        if self.sh.policy() == FsyncPolicy::Always {
             self.sh.wake.notify_one();
         }
         receiver
@@ -451,7 +474,7 @@ impl Aof {
         if seq == 0 {
             return Ok(());
         }
-        if self.sh.policy != FsyncPolicy::Always && self.sh.progress.borrow().durable < seq {
+        if self.sh.policy() != FsyncPolicy::Always && self.sh.progress.borrow().durable < seq {
             self.write_now();
         }
         let mut rx = self.sh.progress.subscribe();
@@ -468,7 +491,7 @@ impl Aof {
     /// per request, which dominated the latency of a lone client. Syncs stay on the writer
     /// thread. Under `always` the writer thread does everything (write and sync as one batch).
     pub fn write_now(&self) {
-        if self.sh.policy == FsyncPolicy::Always {
+        if self.sh.policy() == FsyncPolicy::Always {
             return;
         }
         while let Some(mut core) = self.core.try_lock() {
@@ -510,11 +533,52 @@ impl Aof {
         Ok(())
     }
 
+    /// Changes the fsync policy at run time (CONFIG SET appendfsync). Blocking: it takes the
+    /// file's state, so no batch is being written while the policy changes. Switching to
+    /// `always` first syncs what was written before (under `everysec` or `no`), so once this
+    /// returns every acknowledged entry is on disk, and every later batch is synced before it
+    /// is acknowledged. A failed sync enters the failed state (`-MISCONF` until a rewrite
+    /// recovers), as a failed `everysec` sync does.
+    pub fn set_fsync_policy(&self, policy: FsyncPolicy) {
+        // The writer's order: the file, then the queue.
+        let mut core = self.core.lock();
+        if policy == FsyncPolicy::Always
+            && self.sh.policy() != FsyncPolicy::Always
+            && core.unsynced
+            && !core.failed
+            && let Err(e) = core.sync()
+        {
+            core.fail(format!("fsync error: {e}"));
+        }
+        {
+            // Under the queue's lock, so the writer thread, which reads the policy under it
+            // before it sleeps, cannot miss the wake-up below.
+            let _q = self.sh.queue.lock();
+            self.sh
+                .policy
+                .store(policy_to_u8(policy), Ordering::Release);
+        }
+        drop(core);
+        // Whatever is queued now is the writer thread's under `always` (proposers no longer
+        // write it), and under `everysec`/`no` the thread must start polling.
+        self.sh.wake.notify_all();
+    }
+
+    /// Changes the automatic rewrite's thresholds at run time (CONFIG SET
+    /// auto-aof-rewrite-min-size / auto-aof-rewrite-percentage); they count from the next
+    /// batch written.
+    pub fn set_auto_rewrite(&self, min_size: u64, percentage: u64) {
+        self.sh.rewrite_min_size.store(min_size, Ordering::Relaxed);
+        self.sh
+            .rewrite_percentage
+            .store(percentage, Ordering::Relaxed);
+    }
+
     pub fn stats(&self) -> AofStats {
         let c = self.sh.counters.lock();
         let durable_seq = self.sh.progress.borrow().durable;
         AofStats {
-            fsync_policy: self.sh.policy,
+            fsync_policy: self.sh.policy(),
             file_size: c.file_size,
             size_at_last_rewrite: c.size_at_last_rewrite,
             rewrite_in_progress: self.sh.rewrite_in_progress.load(Ordering::Acquire),
@@ -613,7 +677,7 @@ fn run_writer(core: &Mutex<Writer>, sh: &WriterShared) {
                 {
                     break;
                 }
-                let poll = (sh.policy != FsyncPolicy::Always).then(|| Instant::now() + POLL);
+                let poll = (sh.policy() != FsyncPolicy::Always).then(|| Instant::now() + POLL);
                 let wake_at = match (deadline, poll) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
@@ -687,7 +751,7 @@ impl Writer {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let fsync = (self.sh.policy == FsyncPolicy::EverySec && self.unsynced && !self.failed)
+        let fsync = (self.sh.policy() == FsyncPolicy::EverySec && self.unsynced && !self.failed)
             .then(|| self.last_fsync + SECOND);
         let retry = (self.failed && self.rewrite.is_none()).then(|| self.last_retry + SECOND);
         match (fsync, retry) {
@@ -737,7 +801,7 @@ impl Writer {
             c.batches += 1;
             c.file_size = self.file_len;
         }
-        if self.sh.policy == FsyncPolicy::Always
+        if self.sh.policy() == FsyncPolicy::Always
             && let Err(e) = self.sync()
         {
             // The batch was written but not synced: it goes, cut off with the failure.
@@ -848,7 +912,7 @@ impl Writer {
     /// The `everysec` sync and the failed state's retry.
     fn timers(&mut self) {
         let now = Instant::now();
-        if self.sh.policy == FsyncPolicy::EverySec
+        if self.sh.policy() == FsyncPolicy::EverySec
             && self.unsynced
             && !self.failed
             && now >= self.last_fsync + SECOND
@@ -874,11 +938,11 @@ impl Writer {
 
     /// Starts a rewrite once the file has grown enough since the last one.
     fn maybe_auto_rewrite(&mut self) {
-        let pct = self.sh.rewrite_percentage;
+        let pct = self.sh.rewrite_percentage.load(Ordering::Relaxed);
         if self.failed
             || self.rewrite.is_some()
             || pct == 0
-            || self.file_len <= self.sh.rewrite_min_size
+            || self.file_len <= self.sh.rewrite_min_size.load(Ordering::Relaxed)
         {
             return;
         }
@@ -1450,6 +1514,45 @@ mod tests {
         let st = aof.stats();
         assert!(st.rewrites >= 1 && !st.write_failed, "{st:?}");
         assert!(!dir.join("a.aof.rewrite.tmp").exists());
+        drop(aof);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_policy_changes_at_run_time() {
+        let dir = temp_dir("policy");
+        let path = dir.join("a.aof");
+        let host = Host::new(Duration::ZERO);
+        let aof = open(&path, FsyncPolicy::No, &host);
+        let rt = rt();
+        assert!(commit(&rt, &aof, 10, vec![fence("a", 1)]).is_ok());
+        let st = aof.stats();
+        assert_eq!((st.fsync_policy, st.fsyncs), (FsyncPolicy::No, 0));
+        // To `always`: what `no` wrote is synced before the switch returns ...
+        aof.set_fsync_policy(FsyncPolicy::Always);
+        let st = aof.stats();
+        assert_eq!((st.fsync_policy, st.fsyncs), (FsyncPolicy::Always, 1));
+        // ... and each later batch is synced before it is answered, by the writer thread
+        // (the proposal is not pushed: `write_now` does nothing under `always`).
+        let rx = aof.propose(Millis(20), vec![fence("a", 2)]);
+        assert!(rt.block_on(rx).expect("answered").is_ok());
+        assert_eq!(aof.stats().fsyncs, 2);
+        // Back to `no`: the proposer writes, nothing syncs; a record nobody pushes is still
+        // written by the writer thread's poll.
+        aof.set_fsync_policy(FsyncPolicy::No);
+        assert!(commit(&rt, &aof, 30, vec![fence("a", 3)]).is_ok());
+        let rx = aof.propose(Millis(40), vec![fence("a", 4)]);
+        assert!(rt.block_on(rx).expect("answered").is_ok());
+        let st = aof.stats();
+        assert_eq!(
+            (st.fsync_policy, st.fsyncs, st.durable_seq),
+            (FsyncPolicy::No, 2, 4)
+        );
+        // Switching to the policy in force changes nothing.
+        aof.set_fsync_policy(FsyncPolicy::No);
+        aof.set_auto_rewrite(0, 0);
+        aof.shutdown();
+        assert_eq!(loaded(&path).fence_token(b"a"), 4);
         drop(aof);
         let _ = fs::remove_dir_all(&dir);
     }

@@ -1,6 +1,11 @@
 //! Settings: built-in defaults, then the TOML file (`--config`), then `FLOCKD_*` environment
 //! variables, then command-line flags, each overriding the one before. clap reads flags and the
 //! environment together (a flag wins over its variable); the file fills in what neither gave.
+//! At run time CONFIG SET changes the keys that can change ([`change`]) and CONFIG REWRITE
+//! writes them back to the file ([`rewrite`]).
+
+pub mod change;
+pub mod rewrite;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -39,6 +44,8 @@ pub struct Config {
     pub slowlog_max_len: usize,
     /// Commands that take at least this many milliseconds are latency events; 0: off.
     pub latency_monitor_threshold: u64,
+    /// The file given with `--config` / FLOCKD_CONFIG, which CONFIG REWRITE writes.
+    pub config_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -68,6 +75,7 @@ impl Default for Config {
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
             latency_monitor_threshold: 0,
+            config_file: None,
         }
     }
 }
@@ -378,6 +386,7 @@ impl Settings {
             other => other,
         };
         Ok(Config {
+            config_file: self.config,
             bind,
             port: ranged(
                 "port",
@@ -637,11 +646,17 @@ mod tests {
     fn the_shipped_config_file_matches_the_defaults() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/flockd.toml");
         let config = Settings {
-            config: Some(path),
+            config: Some(path.clone()),
             ..Settings::default()
         }
         .resolve()
         .unwrap();
-        assert_eq!(config, Config::default());
+        assert_eq!(
+            config,
+            Config {
+                config_file: Some(path),
+                ..Config::default()
+            }
+        );
     }
 }

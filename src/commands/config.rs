@@ -1,28 +1,64 @@
-//! CONFIG GET pattern [pattern ...]: the running configuration, matched Redis-style (glob).
-//! CONFIG SET and REWRITE are refused: flockd is configured by file, environment and flags.
+//! CONFIG GET pattern [pattern ...]: the running configuration, matched Redis-style (glob);
+//! CONFIG SET parameter value [parameter value ...]: changes keys that can change at run time;
+//! CONFIG REWRITE: writes the running configuration to the `--config` file; CONFIG RESETSTAT.
 
 use bytes::Bytes;
 use flockd_proto::Reply;
 
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta};
+use crate::config::change::ChangeError;
+use crate::config::rewrite;
 use crate::server::context::{CommandResult, Ctx, reply};
+use crate::server::reconfigure::{self, ReconfigureError};
+
+/// A CONFIG SET pair as text. A key that is not UTF-8 is unknown anyway; a value that is not is
+/// refused rather than changed by a lossy decoding (a password would silently differ).
+fn text_pair(key: &[u8], value: &[u8]) -> Result<(String, String), CommandError> {
+    let key = String::from_utf8_lossy(key).into_owned();
+    match std::str::from_utf8(value) {
+        Ok(value) => Ok((key, value.to_string())),
+        Err(_) => Err(ReconfigureError::Change(ChangeError::Invalid {
+            key,
+            reason: "argument is not UTF-8 text".to_string(),
+        })
+        .into()),
+    }
+}
 
 #[derive(Debug)]
 pub enum ConfigCmd {
     Get(Vec<Bytes>),
+    Set(Vec<(String, String)>),
+    Rewrite,
     ResetStat,
     Help,
 }
 
 impl CommandDef for ConfigCmd {
     const META: Meta = Meta {
-        syntax: "CONFIG GET parameter [parameter ...]",
+        syntax: "CONFIG GET parameter [parameter ...] | SET parameter value [parameter value ...] | \
+                 RESETSTAT | REWRITE | HELP",
         group: "server",
         subcommands: &[
             SubMeta {
                 name: "config|get",
                 arity: -3,
                 summary: "Returns the effective values of configuration parameters.",
+            },
+            SubMeta {
+                name: "config|set",
+                arity: -4,
+                summary: "Sets configuration parameters in-flight.",
+            },
+            SubMeta {
+                name: "config|resetstat",
+                arity: 2,
+                summary: "Resets the server's statistics.",
+            },
+            SubMeta {
+                name: "config|rewrite",
+                arity: 2,
+                summary: "Persists the effective configuration to file.",
             },
             SubMeta {
                 name: "config|help",
@@ -48,9 +84,22 @@ impl CommandDef for ConfigCmd {
             "GET" => Ok(ConfigCmd::Get(
                 std::iter::from_fn(|| args.next_opt()).collect(),
             )),
-            "RESETSTAT" => Ok(ConfigCmd::ResetStat),
-            "HELP" => Ok(ConfigCmd::Help),
-            "SET" | "REWRITE" => Err(CommandError::ConfigUnsupported(sub)),
+            "SET" if args.remaining() < 2 => Err(CommandError::WrongArity("config|set".into())),
+            // Redis: an odd count of parameter-value words is a syntax error, not an arity one.
+            "SET" if args.remaining() % 2 == 1 => Err(CommandError::Syntax),
+            "SET" => {
+                let mut pairs = Vec::with_capacity(args.remaining() / 2);
+                while let (Some(key), Some(value)) = (args.next_opt(), args.next_opt()) {
+                    pairs.push(text_pair(&key, &value)?);
+                }
+                Ok(ConfigCmd::Set(pairs))
+            }
+            "RESETSTAT" if args.remaining() == 0 => Ok(ConfigCmd::ResetStat),
+            "REWRITE" if args.remaining() == 0 => Ok(ConfigCmd::Rewrite),
+            "HELP" if args.remaining() == 0 => Ok(ConfigCmd::Help),
+            "RESETSTAT" | "REWRITE" | "HELP" => Err(CommandError::WrongArity(
+                format!("config|{}", sub.to_ascii_lowercase()).into(),
+            )),
             other => Err(CommandError::UnknownSubcommand {
                 command: "CONFIG",
                 sub: super::printable(other.as_bytes(), 64),
@@ -63,7 +112,7 @@ impl LocalCommand for ConfigCmd {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         match self {
             ConfigCmd::Get(patterns) => {
-                let mut entries = ctx.shared.config.entries();
+                let mut entries = ctx.shared.config.load().entries();
                 // `--port 0` picks a free port: report the one actually listened on.
                 for (key, value) in entries.iter_mut() {
                     if *key == "port" {
@@ -72,10 +121,25 @@ impl LocalCommand for ConfigCmd {
                 }
                 let pairs = entries
                     .into_iter()
-                    .filter(|(key, _)| patterns.iter().any(|p| glob_match(&p.to_ascii_lowercase(), key.as_bytes())))
+                    .filter(|(key, _)| {
+                        patterns
+                            .iter()
+                            .any(|p| glob_match(&p.to_ascii_lowercase(), key.as_bytes()))
+                    })
                     .map(|(key, value)| (Reply::bulk(key), Reply::bulk(value)))
                     .collect();
                 reply(Reply::Map(pairs))
+            }
+            ConfigCmd::Set(changes) => {
+                // Blocking at most for one fsync (a switch to `always` syncs what came before).
+                tokio::task::block_in_place(|| reconfigure::change(ctx.shared, &changes))?;
+                reply(Reply::ok())
+            }
+            ConfigCmd::Rewrite => {
+                let config = std::sync::Arc::clone(&ctx.shared.config.load());
+                tokio::task::block_in_place(|| rewrite::rewrite(&config))?;
+                tracing::info!("CONFIG REWRITE executed with success");
+                reply(Reply::ok())
             }
             // What Redis resets: INFO stats, commandstats, latency histograms and the lock
             // table's event counters; not the slow log or the latency monitor.
@@ -84,9 +148,22 @@ impl LocalCommand for ConfigCmd {
                 reply(Reply::ok())
             }
             ConfigCmd::Help => reply(Reply::Array(vec![
-                Reply::Simple("CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:".into()),
-                Reply::Simple("GET <pattern> -- Return parameters matching the glob-like <pattern> and their values.".into()),
-                Reply::Simple("HELP -- Print this help.".into()),
+                Reply::Simple(
+                    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:".into(),
+                ),
+                Reply::Simple("GET <pattern>".into()),
+                Reply::Simple(
+                    "    Return parameters matching the glob-like <pattern> and their values."
+                        .into(),
+                ),
+                Reply::Simple("SET <directive> <value>".into()),
+                Reply::Simple("    Set the configuration <directive> to <value>.".into()),
+                Reply::Simple("RESETSTAT".into()),
+                Reply::Simple("    Reset statistics reported by the INFO command.".into()),
+                Reply::Simple("REWRITE".into()),
+                Reply::Simple("    Rewrite the configuration file.".into()),
+                Reply::Simple("HELP".into()),
+                Reply::Simple("    Prints this help.".into()),
             ])),
         }
     }

@@ -1,0 +1,104 @@
+//! The running configuration and CONFIG SET's effects. Commands read the configuration without
+//! a lock (one atomic load); a change builds the whole next configuration, checks it, makes the
+//! changes that need more than the new value (the AOF's fsync policy and rewrite thresholds, the
+//! log filter) and then publishes it, one change at a time.
+
+use std::sync::Arc;
+
+use arc_swap::{ArcSwap, Guard};
+use flockd_proto::Limits;
+use parking_lot::Mutex;
+
+use super::Shared;
+use crate::commands::ArgLimits;
+use crate::config::Config;
+use crate::config::change::ChangeError;
+use crate::logging::{self, LoggingError};
+
+pub struct LiveConfig {
+    current: ArcSwap<Config>,
+    /// Serializes changes, so two CONFIG SETs cannot each publish half of theirs.
+    changing: Mutex<()>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReconfigureError {
+    #[error(transparent)]
+    Change(#[from] ChangeError),
+    #[error("CONFIG SET failed (possibly related to argument 'log-level') - {0}")]
+    LogFilter(LoggingError),
+}
+
+impl LiveConfig {
+    pub fn new(config: Config) -> LiveConfig {
+        LiveConfig {
+            current: ArcSwap::from_pointee(config),
+            changing: Mutex::new(()),
+        }
+    }
+
+    /// The configuration in force now (a later change does not alter what this returned).
+    pub fn load(&self) -> Guard<Arc<Config>> {
+        self.current.load()
+    }
+}
+
+impl Shared {
+    /// The request parser's limits for authenticated clients.
+    pub fn limits(&self) -> Limits {
+        let config = self.config.load();
+        Limits {
+            max_bulk_len: config.proto_max_bulk_len,
+            max_args: config.max_args,
+            max_inline_len: config.max_inline_len,
+        }
+    }
+
+    /// The limits commands check their arguments against.
+    pub fn arg_limits(&self) -> ArgLimits {
+        let config = self.config.load();
+        ArgLimits {
+            max_name_bytes: config.max_name_bytes,
+            max_lease_ms: config.max_lease_ms,
+            max_wait_ms: config.max_wait_ms,
+        }
+    }
+}
+
+/// CONFIG SET: every change checked first, then all made. Blocking when the fsync policy
+/// changes to `always` (what was written before is synced first).
+pub fn change(shared: &Shared, changes: &[(String, String)]) -> Result<(), ReconfigureError> {
+    let _one_at_a_time = shared.config.changing.lock();
+    let old = shared.config.current.load_full();
+    let next = old.with_changes(changes)?;
+    if next.log_level != old.log_level {
+        logging::parse_filter(&next.log_level).map_err(ReconfigureError::LogFilter)?;
+    }
+    if next.appendfsync != old.appendfsync {
+        shared.aof.set_fsync_policy(next.appendfsync);
+    }
+    if (
+        next.auto_aof_rewrite_min_size,
+        next.auto_aof_rewrite_percentage,
+    ) != (
+        old.auto_aof_rewrite_min_size,
+        old.auto_aof_rewrite_percentage,
+    ) {
+        shared.aof.set_auto_rewrite(
+            next.auto_aof_rewrite_min_size,
+            next.auto_aof_rewrite_percentage,
+        );
+    }
+    if next.log_level != old.log_level
+        && let Err(e) = logging::set_filter(&next.log_level)
+    {
+        // Checked above; a reload can only fail if the subscriber is gone.
+        tracing::warn!("log-level not applied: {e}");
+    }
+    tracing::info!(
+        changes = %changes.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join(" "),
+        "CONFIG SET"
+    );
+    shared.config.current.store(Arc::new(next));
+    Ok(())
+}
