@@ -964,7 +964,7 @@ fn reply_write(lines: &[String], fd: &str, reply: &str) -> usize {
 #[test]
 fn always_replies_only_after_fdatasync_of_the_aof() {
     if !strace_available() {
-        println!("NOTICE: strace is not on PATH; skipping the fsync-before-reply check");
+        common::skipping("strace is not on PATH; skipping the fsync-before-reply check");
         return;
     }
     let (lines, fd, reply) = trace_one_acquire("always");
@@ -1021,7 +1021,7 @@ fn always_replies_only_after_fdatasync_of_the_aof() {
 #[test]
 fn appendfsync_no_replies_without_a_sync() {
     if !strace_available() {
-        println!("NOTICE: strace is not on PATH; skipping the appendfsync-no trace check");
+        common::skipping("strace is not on PATH; skipping the appendfsync-no trace check");
         return;
     }
     let (lines, fd, reply) = trace_one_acquire("no");
@@ -1248,7 +1248,7 @@ fn full_disk_refuses_writes_with_misconf_and_recovers() {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        println!("NOTICE: cannot mount a tmpfs here (needs root); skipping the full-disk test");
+        common::skipping("cannot mount a tmpfs here (needs root); skipping the full-disk test");
         return;
     }
     let guard = Mount(mnt.path().to_owned());

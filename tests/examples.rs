@@ -22,8 +22,8 @@ fn python_has_redis() -> bool {
 #[test]
 fn python_fenced_worker_runs() {
     if !python_has_redis() {
-        eprintln!(
-            "NOTICE: skipping python_fenced_worker_runs: `python3 -c 'import redis'` failed (pip install redis)"
+        common::skipping(
+            "skipping python_fenced_worker_runs: `python3 -c 'import redis'` failed (pip install redis)",
         );
         return;
     }

@@ -2,7 +2,7 @@
 //! them from `COMMAND DOCS` `arguments`, which flockd derives from each command's syntax. Typing
 //! `FLOCK.ACQUIRE ` must show `name lease-ms [WAIT ms] [OWNER id]` after the cursor.
 //!
-//! Needs `tmux` and `redis-cli` (CI installs both); without them it prints a NOTICE and passes.
+//! Needs `tmux` and `redis-cli` (CI installs both); without them it prints a NOTICE and passes (and fails under CI=true).
 
 mod common;
 
@@ -113,7 +113,9 @@ fn available(program: &str, arg: &str) -> bool {
 fn redis_cli_shows_argument_hints() {
     for (program, arg) in [("tmux", "-V"), ("redis-cli", "--version")] {
         if !available(program, arg) {
-            println!("NOTICE: {program} is not installed; skipping the redis-cli hints test");
+            common::skipping(&format!(
+                "{program} is not installed; skipping the redis-cli hints test"
+            ));
             return;
         }
     }
@@ -142,6 +144,10 @@ fn redis_cli_shows_argument_hints() {
         ("fence.set ", "fence.set key token value"),
         // Subcommands get their hints from the container's syntax.
         ("CONFIG GET ", "CONFIG GET parameter [parameter ...]"),
+        (
+            "CONFIG SET ",
+            "CONFIG SET parameter value [parameter value ...]",
+        ),
         (
             "COMMAND GETKEYS ",
             "COMMAND GETKEYS command [arg [arg ...]]",

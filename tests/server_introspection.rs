@@ -258,7 +258,7 @@ fn info_memory_reports_real_numbers_in_redis_section_order() {
 #[test]
 fn redis_cli_stat_prints_real_numbers() {
     if Command::new("redis-cli").arg("--version").output().is_err() {
-        eprintln!("NOTICE: skipping redis_cli_stat_prints_real_numbers: no redis-cli");
+        common::skipping("skipping redis_cli_stat_prints_real_numbers: no redis-cli");
         return;
     }
     let server = TestServer::start(&[]);
@@ -895,7 +895,7 @@ fn redis_py_connects_without_rejected_calls() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("NOTICE: skipping redis_py_connects_without_rejected_calls: no redis-py");
+        common::skipping("skipping redis_py_connects_without_rejected_calls: no redis-py");
         return;
     }
     let server = TestServer::start(&[]);
