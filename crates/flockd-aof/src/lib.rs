@@ -19,6 +19,7 @@
 
 mod error;
 mod fsutil;
+pub mod histogram;
 pub mod record;
 mod replay;
 mod writer;
@@ -28,6 +29,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 pub use error::{AofError, CommitError, ParseFsyncPolicyError};
+pub use histogram::FixedHistogram;
 pub use record::Version;
 pub use replay::{CheckReport, ReplayReport, check, fix, load};
 pub use writer::{Aof, AofStats, Applier, Committed, Entry};

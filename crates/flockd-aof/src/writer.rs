@@ -44,6 +44,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
+
+use crate::histogram::{FSYNC_SECONDS_BOUNDS, FixedHistogram, RECORDS_PER_FSYNC_BOUNDS};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flockd_core::{Millis, Op, OpResult, Snapshot};
@@ -127,6 +129,12 @@ pub struct AofStats {
     pub write_failed: bool,
     /// The last write, fsync or rewrite error.
     pub last_error: Option<String>,
+    /// Failed writes and fsyncs (each one puts the writer in the failed state).
+    pub write_errors: u64,
+    /// How long each fsync took, in seconds.
+    pub fsync_seconds: FixedHistogram,
+    /// How many records each fsync made durable.
+    pub records_per_fsync: FixedHistogram,
 }
 
 struct WriterShared {
@@ -203,8 +211,10 @@ impl Progress {
     }
 }
 
-#[derive(Default)]
 struct WriterCounters {
+    write_errors: u64,
+    fsync_seconds: FixedHistogram,
+    records_per_fsync: FixedHistogram,
     file_size: u64,
     size_at_last_rewrite: u64,
     rewrites: u64,
@@ -234,6 +244,28 @@ struct RewriteRun {
     started: Instant,
     cancel: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
+}
+
+impl Default for WriterCounters {
+    fn default() -> Self {
+        WriterCounters {
+            write_errors: 0,
+            fsync_seconds: FixedHistogram::new(FSYNC_SECONDS_BOUNDS),
+            records_per_fsync: FixedHistogram::new(RECORDS_PER_FSYNC_BOUNDS),
+            file_size: 0,
+            size_at_last_rewrite: 0,
+            rewrites: 0,
+            failed_rewrites: 0,
+            last_rewrite_duration: None,
+            last_rewrite_failed: false,
+            last_fsync_unix_ms: None,
+            records_written: 0,
+            batches: 0,
+            fsyncs: 0,
+            records_synced: 0,
+            last_error: None,
+        }
+    }
 }
 
 fn policy_to_u8(policy: FsyncPolicy) -> u8 {
@@ -599,6 +631,9 @@ impl Aof {
             durable_seq,
             write_failed: self.sh.failed.lock().is_some(),
             last_error: c.last_error.clone(),
+            write_errors: c.write_errors,
+            fsync_seconds: c.fsync_seconds.clone(),
+            records_per_fsync: c.records_per_fsync.clone(),
         }
     }
 
@@ -860,12 +895,17 @@ impl Writer {
     fn sync(&mut self) -> io::Result<()> {
         // fdatasync also persists the file's growing length, which is all the metadata replay
         // needs.
+        let started = Instant::now();
         self.file.sync_data()?;
         self.last_fsync = Instant::now();
         self.unsynced = false;
+        let records = std::mem::take(&mut self.unsynced_records);
         let mut c = self.sh.counters.lock();
         c.fsyncs += 1;
-        c.records_synced += std::mem::take(&mut self.unsynced_records);
+        c.records_synced += records;
+        c.fsync_seconds
+            .observe(self.last_fsync.duration_since(started).as_secs_f64());
+        c.records_per_fsync.observe(records as f64);
         c.last_fsync_unix_ms = Some(unix_ms());
         Ok(())
     }
@@ -888,7 +928,11 @@ impl Writer {
         self.failed = true;
         self.last_retry = Instant::now();
         *self.sh.failed.lock() = Some(msg.clone());
-        self.sh.counters.lock().last_error = Some(msg.clone());
+        {
+            let mut c = self.sh.counters.lock();
+            c.last_error = Some(msg.clone());
+            c.write_errors += 1;
+        }
         self.sh.progress.send_modify(|p| p.error = Some(msg.into()));
     }
 

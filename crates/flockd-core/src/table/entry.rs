@@ -201,6 +201,14 @@ impl LockEntry {
     /// holder's own OWNER gets a reentrant grant (never queued); a free lock with nobody queued
     /// is granted; otherwise `Busy`, or `Queued` if `wait`.
     pub fn acquire(&mut self, request: Acquire<'_>, ctx: &mut EntryCtx<'_>) -> AcquireResult {
+        let result = self.try_acquire(request, ctx);
+        if matches!(result, AcquireResult::Busy) {
+            ctx.counters.busy += 1;
+        }
+        result
+    }
+
+    fn try_acquire(&mut self, request: Acquire<'_>, ctx: &mut EntryCtx<'_>) -> AcquireResult {
         let Acquire {
             wait_id,
             owner,
@@ -368,6 +376,7 @@ impl LockEntry {
             holding.lease_ms = lease_ms;
             holding.deadline = at.plus(lease_ms);
             let token = holding.token;
+            ctx.counters.renewals += 1;
             ctx.event(Event::Renewed {
                 name: ctx.name.clone(),
                 token,

@@ -55,6 +55,10 @@ pub struct LockStats {
     pub expirations: u64,
     pub force_releases: u64,
     pub notowner_rejections: u64,
+    /// Leases renewed (FLOCK.RENEW that succeeded).
+    pub renewals: u64,
+    /// Acquires answered at once with nil because the lock was held (not waits that timed out).
+    pub busy: u64,
 }
 
 /// Two gauges (kept exact by every change) and event counts since the start or the last reset.
@@ -69,6 +73,8 @@ pub(crate) struct Counters {
     pub expirations: u64,
     pub force_releases: u64,
     pub notowner_rejections: u64,
+    pub renewals: u64,
+    pub busy: u64,
 }
 
 #[derive(Default)]
@@ -339,6 +345,8 @@ impl LockTable {
             expirations: c.expirations,
             force_releases: c.force_releases,
             notowner_rejections: c.notowner_rejections,
+            renewals: c.renewals,
+            busy: c.busy,
         }
     }
 

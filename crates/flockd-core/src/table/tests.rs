@@ -1648,9 +1648,18 @@ fn stats_track_gauges_and_events() {
             releases: 1,
             expirations: 0,
             force_releases: 0,
-            notowner_rejections: 0
+            notowner_rejections: 0,
+            renewals: 0,
+            busy: 0,
         }
     );
+    // Another owner without WAIT is busy; the holder's renewal counts.
+    assert_eq!(
+        l.acquire_result(1, 100, Some("b"), false),
+        AcquireResult::Busy
+    );
+    l.renew(1, 2, 100).unwrap();
+    assert_eq!((l.sm.lock_stats().busy, l.sm.lock_stats().renewals), (1, 1));
     l.release(1, 1).unwrap();
     let stats = l.sm.lock_stats();
     assert_eq!(
