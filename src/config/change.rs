@@ -16,6 +16,8 @@ const IMMUTABLE: &[&str] = &[
     "appendfilename",
     "log-format",
     "worker-threads",
+    "metrics-port",
+    "metrics-bind",
     "appendonly",
     "save",
     "databases",
@@ -81,6 +83,8 @@ impl Config {
         next.log_format = self.log_format;
         next.worker_threads = self.worker_threads;
         next.config_file = self.config_file.clone();
+        next.metrics_port = self.metrics_port;
+        next.metrics_bind = self.metrics_bind;
         Ok(next)
     }
 

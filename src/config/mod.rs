@@ -46,6 +46,10 @@ pub struct Config {
     pub latency_monitor_threshold: u64,
     /// The file given with `--config` / FLOCKD_CONFIG, which CONFIG REWRITE writes.
     pub config_file: Option<PathBuf>,
+    /// The HTTP port of /metrics, /livez and /readyz; `None`: off, 0: a free port.
+    pub metrics_port: Option<u16>,
+    /// The address of the metrics port (default: `bind`).
+    pub metrics_bind: IpAddr,
 }
 
 impl Default for Config {
@@ -76,6 +80,8 @@ impl Default for Config {
             slowlog_max_len: 128,
             latency_monitor_threshold: 0,
             config_file: None,
+            metrics_port: None,
+            metrics_bind: IpAddr::from([127, 0, 0, 1]),
         }
     }
 }
@@ -130,6 +136,11 @@ impl Config {
                 "latency-monitor-threshold",
                 self.latency_monitor_threshold.to_string(),
             ),
+            (
+                "metrics-port",
+                self.metrics_port.map(|p| p.to_string()).unwrap_or_default(),
+            ),
+            ("metrics-bind", self.metrics_bind.to_string()),
             ("databases", "1".to_string()),
         ]
     }
@@ -291,6 +302,13 @@ pub struct Settings {
     /// Record commands that take at least this many ms as latency events (LATENCY); 0: off.
     #[arg(long, env = "FLOCKD_LATENCY_MONITOR_THRESHOLD", value_name = "MS")]
     pub latency_monitor_threshold: Option<u64>,
+    /// HTTP port for /metrics (Prometheus), /livez and /readyz; unset: off; 0 picks a free one
+    /// (the "metrics on" log line names it).
+    #[arg(long, env = "FLOCKD_METRICS_PORT", value_name = "N")]
+    pub metrics_port: Option<u32>,
+    /// Address of the metrics port [default: bind].
+    #[arg(long, env = "FLOCKD_METRICS_BIND", value_name = "ADDR")]
+    pub metrics_bind: Option<String>,
 }
 
 impl Settings {
@@ -332,6 +350,8 @@ impl Settings {
             latency_monitor_threshold: self
                 .latency_monitor_threshold
                 .or(lower.latency_monitor_threshold),
+            metrics_port: self.metrics_port.or(lower.metrics_port),
+            metrics_bind: self.metrics_bind.or(lower.metrics_bind),
         }
     }
 
@@ -381,12 +401,33 @@ impl Settings {
                 });
             }
         };
+        let metrics_bind = match self.metrics_bind {
+            None => bind,
+            Some(text) => text.parse().map_err(|_| ConfigError::Invalid {
+                key: "metrics-bind",
+                value: text,
+                allowed: "an IPv4 or IPv6 address, e.g. 127.0.0.1 or ::1",
+            })?,
+        };
+        let metrics_port = match self.metrics_port {
+            None => None,
+            Some(p) => Some(ranged(
+                "metrics-port",
+                Some(u64::from(p)),
+                0,
+                0,
+                65_535,
+                "0..=65535 (0: a free port; leave it out for no metrics port)",
+            )? as u16),
+        };
         let requirepass = match self.requirepass {
             Some(p) if p.is_empty() => None,
             other => other,
         };
         Ok(Config {
             config_file: self.config,
+            metrics_port,
+            metrics_bind,
             bind,
             port: ranged(
                 "port",

@@ -31,7 +31,7 @@ pub fn admit(shared: &Shared, conn: &ConnState, request: Request) -> Admitted {
     }
     let stat = &shared.stats.commands[index];
     if !conn.authenticated && !meta.flags.no_auth {
-        stats::bump(&stat.rejected, 1);
+        stats::rejected(stat, &CommandError::NoAuth);
         return refuse(CommandError::NoAuth);
     }
     let command = match commands::parse(index, request.args, shared.arg_limits()) {
@@ -42,15 +42,16 @@ pub fn admit(shared: &Shared, conn: &ConnState, request: Request) -> Admitted {
             return refuse(e);
         }
         Err(e) => {
-            stats::bump(&stat.rejected, 1);
+            stats::rejected(stat, &e);
             return refuse(e);
         }
     };
     if meta.flags.write
         && let Err(e) = shared.log.check_writable()
     {
-        stats::bump(&stat.rejected, 1);
-        return refuse(CommandError::from(e));
+        let e = CommandError::from(e);
+        stats::rejected(stat, &e);
+        return refuse(e);
     }
     Admitted::Command { index, command }
 }

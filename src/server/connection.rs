@@ -227,8 +227,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         return self.monitor().await;
                     }
                     Err(e) => {
-                        stats::bump(&stat.failed, 1);
-                        self.push_ready(Reply::error(e.to_string()));
+                        self.push_ready(Reply::error(stats::failed(stat, &e)));
                     }
                 }
                 Next::Continue
@@ -461,10 +460,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         }
                         Execution::Local(Ok(Outcome::Exec(_) | Outcome::Monitor(_)))
                         | Execution::State(_) => Reply::error(CommandError::NotInMulti.to_string()),
-                        Execution::Local(Err(e)) => {
-                            stats::bump(&stat.failed, 1);
-                            Reply::error(e.to_string())
-                        }
+                        Execution::Local(Err(e)) => Reply::error(stats::failed(stat, &e)),
                     };
                     replies.push(reply);
                 }
@@ -505,6 +501,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             };
             match self.park(&name, wait, deadline).await? {
                 Parked::Answered(answer) => {
+                    let waited = match answer {
+                        Reply::Integer(_) => &self.shared.stats.wait_granted,
+                        _ => &self.shared.stats.wait_timed_out,
+                    };
+                    waited.observe(started.elapsed());
                     // The wait was the client's asking: no latency event, no slow log entry.
                     let usec = started.elapsed().as_micros() as u64;
                     stats::account(&self.shared.stats, command, usec);
@@ -516,6 +517,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 // time left.
                 Parked::Dropped if Instant::now() < deadline => continue,
                 Parked::Dropped => {
+                    self.shared.stats.wait_timed_out.observe(started.elapsed());
                     self.push_ready(Reply::Null);
                     return Ok(Next::Continue);
                 }
@@ -631,10 +633,7 @@ fn reply_to(
         Ok(results) => Err(CommandError::UnexpectedResult(format!("{results:?}"))),
         Err(e) => Err(CommandError::from(e)),
     };
-    result.unwrap_or_else(|e| {
-        stats::bump(&stat.failed, 1);
-        Reply::error(e.to_string())
-    })
+    result.unwrap_or_else(|e| Reply::error(stats::failed(stat, &e)))
 }
 
 enum Parked {

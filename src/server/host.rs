@@ -3,16 +3,54 @@
 //! events: grants to the parked connections that waited for them, an earlier lease deadline to
 //! the expiry task (and later pub/sub and metrics from the same stream).
 
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
 use flockd_aof::{Applier, Entry};
-use flockd_core::{AcquireResult, Event, Op, OpResult, Snapshot, StateMachine};
-use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use flockd_core::{AcquireResult, Event, Millis, Op, OpResult, Snapshot, StateMachine};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tokio::sync::Notify;
 
+use super::stats::TimeHistogram;
 use super::waiters::WaitRegistry;
+
+/// How long locks are held, from the events of applied ops (log time, so a hold's length is
+/// what the leases saw). Holds granted before this process started have no start here and are
+/// not measured.
+#[derive(Default)]
+pub struct HoldTimes {
+    started: Mutex<HashMap<Bytes, Millis>>,
+    pub released: TimeHistogram,
+    pub expired: TimeHistogram,
+    pub force_released: TimeHistogram,
+}
+
+impl HoldTimes {
+    fn observe(&self, event: &Event, at: Millis) {
+        let (name, ended) = match event {
+            Event::Granted { name, .. } => {
+                // A reentrant grant continues the hold it is part of.
+                self.started.lock().entry(name.clone()).or_insert(at);
+                return;
+            }
+            Event::Released {
+                name, free: true, ..
+            } => (name, &self.released),
+            Event::Expired { name, .. } => (name, &self.expired),
+            Event::ForceReleased { name, .. } => (name, &self.force_released),
+            _ => return,
+        };
+        if let Some(start) = self.started.lock().remove(name) {
+            ended.observe(Duration::from_millis(at.0.saturating_sub(start.0)));
+        }
+    }
+}
 
 pub struct StateHost {
     machine: RwLock<StateMachine>,
     pub waits: WaitRegistry,
+    pub holds: HoldTimes,
     /// Woken when an applied op scheduled a lease deadline earlier than all others.
     pub expiry_wake: Notify,
 }
@@ -22,6 +60,7 @@ impl StateHost {
         StateHost {
             machine: RwLock::new(machine),
             waits: WaitRegistry::default(),
+            holds: HoldTimes::default(),
             expiry_wake: Notify::new(),
         }
     }
@@ -36,8 +75,9 @@ impl StateHost {
         self.machine.write()
     }
 
-    fn route(&self, events: &mut Vec<Event>) {
+    fn route(&self, events: &mut Vec<Event>, at: Millis) {
         for event in events.drain(..) {
+            self.holds.observe(&event, at);
             match event {
                 Event::Granted {
                     wait: Some(wait),
@@ -67,7 +107,7 @@ impl Applier for StateHost {
                     _ => {}
                 }
                 entry_results.push(result);
-                self.route(&mut events);
+                self.route(&mut events, entry.at);
             }
             results.push(entry_results);
         }

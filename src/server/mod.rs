@@ -14,6 +14,7 @@ mod connection;
 pub mod context;
 mod expiry;
 pub mod host;
+pub mod metrics;
 pub mod monitor;
 pub mod propose;
 pub mod reconfigure;
@@ -90,6 +91,16 @@ pub enum ServerError {
 }
 
 pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerError> {
+    let shutdown = CancellationToken::new();
+    // Up before the AOF loads, so /readyz can answer 503 while it does.
+    let metrics = Arc::new(metrics::DaemonMetrics::default());
+    if let Some(port) = config.metrics_port {
+        let addr = SocketAddr::new(config.metrics_bind, port);
+        let local = metrics::start(addr, metrics.clone(), shutdown.clone())
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        info!("metrics on http://{local}/metrics");
+    }
     std::fs::create_dir_all(&config.dir).map_err(|source| ServerError::DataDir {
         path: config.dir.clone(),
         source,
@@ -172,12 +183,13 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         clients: ClientRegistry::default(),
         monitors: monitor::Monitors::default(),
         stats: ServerStats::default(),
-        shutdown: CancellationToken::new(),
+        shutdown,
         started: Instant::now(),
         local_addr,
         replayed,
     });
 
+    metrics.serving(shared.clone());
     let expiry = tokio::spawn(expiry::run(shared.clone()));
     tokio::spawn(reclaim_idle_names(shared.clone()));
     tokio::spawn(stats::sample_memory(shared.clone()));

@@ -25,6 +25,44 @@ pub struct CommandStat {
     pub failed: AtomicU64,
     /// The calls by duration, for LATENCY HISTOGRAM.
     pub histogram: Histogram,
+    /// Error replies by error code (their first word), for the metrics port. Locked only when
+    /// a call fails.
+    pub errors: Mutex<Vec<(Box<str>, u64)>>,
+}
+
+/// Distinct error codes kept per command; more (there are fewer in flockd's own errors) count
+/// as `OTHER`.
+const ERROR_CODES_KEPT: usize = 32;
+
+impl CommandStat {
+    /// Counts an error reply by its code: `text` is the reply's text (`ERR ...`, `NOTOWNER ...`).
+    pub fn count_error(&self, text: &str) {
+        let code = text.split(' ').next().unwrap_or("ERR");
+        let mut errors = self.errors.lock();
+        if let Some((_, n)) = errors.iter_mut().find(|(c, _)| &**c == code) {
+            *n += 1;
+        } else if errors.len() < ERROR_CODES_KEPT {
+            errors.push((code.into(), 1));
+        } else if let Some((_, n)) = errors.iter_mut().find(|(c, _)| &**c == "OTHER") {
+            *n += 1;
+        } else {
+            errors.push(("OTHER".into(), 1));
+        }
+    }
+}
+
+/// A call that ran and failed: counted, and its error code kept. Returns the reply's text.
+pub fn failed(stat: &CommandStat, error: &crate::commands::CommandError) -> String {
+    let text = error.to_string();
+    bump(&stat.failed, 1);
+    stat.count_error(&text);
+    text
+}
+
+/// A call refused before it ran (arity, syntax, auth, MISCONF).
+pub fn rejected(stat: &CommandStat, error: &crate::commands::CommandError) {
+    bump(&stat.rejected, 1);
+    stat.count_error(&error.to_string());
 }
 
 pub struct ServerStats {
@@ -45,6 +83,10 @@ pub struct ServerStats {
     pub latency: LatencyMonitor,
     /// The highest `used_memory` seen (by INFO or the once-a-second sample), in bytes.
     pub memory_peak: AtomicU64,
+    /// Queued waits, from the acquire to the grant ...
+    pub wait_granted: TimeHistogram,
+    /// ... or to the timeout.
+    pub wait_timed_out: TimeHistogram,
 }
 
 impl Default for ServerStats {
@@ -63,6 +105,8 @@ impl Default for ServerStats {
             slowlog: SlowLog::default(),
             latency: LatencyMonitor::default(),
             memory_peak: AtomicU64::new(0),
+            wait_granted: TimeHistogram::default(),
+            wait_timed_out: TimeHistogram::default(),
         }
     }
 }
@@ -146,6 +190,7 @@ pub fn reset(shared: &Shared) {
             zero(counter);
         }
         stat.histogram.reset();
+        stat.errors.lock().clear();
     }
     shared.host.index().reset_stats();
 }
@@ -206,6 +251,45 @@ impl Histogram {
 
     fn reset(&self) {
         self.0.iter().for_each(zero);
+    }
+
+    /// The calls in each bucket (not cumulative), bucket `i` holding calls up to
+    /// [`bucket_usec`]`(i)` µs, the last one everything slower too (Redis clamps at 1 s).
+    pub fn counts(&self) -> [u64; HISTOGRAM_BUCKETS] {
+        std::array::from_fn(|i| read(&self.0[i]))
+    }
+}
+
+/// Upper bounds, in seconds, of the durations of waits and holds: 1 ms to an hour (the
+/// longest WAIT flockd allows by default).
+pub const TIME_BOUNDS_SECONDS: [f64; 15] = [
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+/// Durations in [`TIME_BOUNDS_SECONDS`] buckets (the last one: longer), lock-free.
+#[derive(Default)]
+pub struct TimeHistogram {
+    counts: [AtomicU64; TIME_BOUNDS_SECONDS.len() + 1],
+    sum_usec: AtomicU64,
+}
+
+impl TimeHistogram {
+    pub fn observe(&self, duration: Duration) {
+        let seconds = duration.as_secs_f64();
+        let i = TIME_BOUNDS_SECONDS
+            .iter()
+            .position(|&bound| seconds <= bound)
+            .unwrap_or(TIME_BOUNDS_SECONDS.len());
+        bump(&self.counts[i], 1);
+        bump(&self.sum_usec, duration.as_micros() as u64);
+    }
+
+    /// (per-bucket counts, sum in seconds).
+    pub fn read(&self) -> (Vec<u64>, f64) {
+        (
+            self.counts.iter().map(read).collect(),
+            read(&self.sum_usec) as f64 / 1e6,
+        )
     }
 }
 

@@ -1,0 +1,334 @@
+//! The `/metrics` body: a [`MetricsSnapshot`] written in the OpenMetrics text format by
+//! prometheus-client's encoder. Names follow the operations contract: prefix `flockd_`, base
+//! units, counters ending in `_total` (the encoder adds the suffix to a counter's name).
+
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use crate::snapshot::{HistogramData, MetricsSnapshot};
+
+/// Where the figures come from, asked once per scrape.
+pub trait MetricsSource: Send + Sync + 'static {
+    fn snapshot(&self) -> MetricsSnapshot;
+    /// `Ok` when the server can serve (the AOF is loaded, and later: a leader is known), or
+    /// why not (the `/readyz` body).
+    fn ready(&self) -> Result<(), String>;
+}
+
+/// A registry whose one collector asks `source` at every scrape.
+pub fn registry(source: Arc<dyn MetricsSource>) -> Registry {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(SnapshotCollector(source)));
+    registry
+}
+
+/// The exposition text of `registry`.
+pub fn render(registry: &Registry) -> String {
+    let mut body = String::with_capacity(16 * 1024);
+    // Writing to a String cannot fail; an encoder error would be a bug in a collector.
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut body, registry) {
+        tracing::error!("metrics encoding failed: {e}");
+    }
+    body
+}
+
+struct SnapshotCollector(Arc<dyn MetricsSource>);
+
+impl std::fmt::Debug for SnapshotCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SnapshotCollector")
+    }
+}
+
+fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    ConstCounter::new(v).encode(enc.encode_descriptor(name, help, None, MetricType::Counter)?)
+}
+
+fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    ConstGauge::new(v as i64).encode(enc.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
+
+fn histogram(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    h: &HistogramData,
+) -> std::fmt::Result {
+    enc.encode_descriptor(name, help, None, MetricType::Histogram)?
+        .encode_histogram::<NoLabelSet>(h.sum, h.count(), &h.buckets, None)
+}
+
+/// A histogram family with one label.
+fn histograms(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: &str,
+    series: &[(String, HistogramData)],
+) -> std::fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (value, h) in series {
+        let labels = [(label, value.as_str())];
+        family
+            .encode_family(&labels)?
+            .encode_histogram::<NoLabelSet>(h.sum, h.count(), &h.buckets, None)?;
+    }
+    Ok(())
+}
+
+/// A counter family with one label.
+fn counters(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: &str,
+    series: &[(&str, u64)],
+) -> std::fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (value, v) in series {
+        let labels = [(label, *value)];
+        ConstCounter::new(*v).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let s = self.0.snapshot();
+        let e = &mut enc;
+        {
+            let mut info = e.encode_descriptor(
+                "flockd_build",
+                "flockd's version (always 1)",
+                None,
+                MetricType::Info,
+            )?;
+            info.encode_info(&[("version", s.version.as_str())])?;
+        }
+        gauge(
+            e,
+            "flockd_connected_clients",
+            "Client connections open",
+            s.connected_clients,
+        )?;
+        gauge(
+            e,
+            "flockd_blocked_clients",
+            "Clients blocked in FLOCK.ACQUIRE ... WAIT",
+            s.blocked_clients,
+        )?;
+        {
+            let mut family = e.encode_descriptor(
+                "flockd_commands",
+                "Commands run, by command",
+                None,
+                MetricType::Counter,
+            )?;
+            for c in &s.commands {
+                let labels = [("command", c.command.as_str())];
+                ConstCounter::new(c.calls).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        {
+            let mut family = e.encode_descriptor(
+                "flockd_command_errors",
+                "Error replies, by command and error code",
+                None,
+                MetricType::Counter,
+            )?;
+            for c in &s.commands {
+                for (code, n) in &c.errors {
+                    let labels = [("command", c.command.as_str()), ("error", code.as_str())];
+                    ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
+                }
+            }
+        }
+        {
+            let mut family = e.encode_descriptor(
+                "flockd_command_duration_seconds",
+                "Time from a command's parse to its reply (a change's includes its fsync)",
+                None,
+                MetricType::Histogram,
+            )?;
+            for c in &s.commands {
+                let labels = [("command", c.command.as_str())];
+                let h = &c.duration;
+                family
+                    .encode_family(&labels)?
+                    .encode_histogram::<NoLabelSet>(h.sum, h.count(), &h.buckets, None)?;
+            }
+        }
+        gauge(
+            e,
+            "flockd_lock_names",
+            "Lock names kept (held or not)",
+            s.lock_names,
+        )?;
+        gauge(e, "flockd_locks_held", "Locks held now", s.locks_held)?;
+        gauge(
+            e,
+            "flockd_lock_waiters",
+            "Waiters queued on held locks",
+            s.lock_waiters,
+        )?;
+        let grants: Vec<(&str, u64)> = s
+            .lock_grants
+            .iter()
+            .map(|(mode, n)| (mode.as_str(), *n))
+            .collect();
+        counters(
+            e,
+            "flockd_lock_grants",
+            "Locks granted, by mode",
+            "mode",
+            &grants,
+        )?;
+        counter(e, "flockd_lock_renewals", "Leases renewed", s.lock_renewals)?;
+        counter(
+            e,
+            "flockd_lock_releases",
+            "Holds released by their holder",
+            s.lock_releases,
+        )?;
+        counter(
+            e,
+            "flockd_lock_expirations",
+            "Leases that ran out",
+            s.lock_expirations,
+        )?;
+        counter(
+            e,
+            "flockd_lock_force_releases",
+            "Locks taken away with FLOCK.FORCERELEASE",
+            s.lock_force_releases,
+        )?;
+        counter(
+            e,
+            "flockd_lock_busy",
+            "Acquires answered nil: the lock was held (after any WAIT)",
+            s.lock_busy,
+        )?;
+        histograms(
+            e,
+            "flockd_lock_wait_seconds",
+            "From a FLOCK.ACQUIRE ... WAIT to its grant or timeout",
+            "result",
+            &s.lock_wait,
+        )?;
+        histograms(
+            e,
+            "flockd_lock_hold_seconds",
+            "From a grant to the end of the hold: release, expiry or force-release",
+            "ended",
+            &s.lock_hold,
+        )?;
+        counters(
+            e,
+            "flockd_fence_writes",
+            "FENCE.SET calls, by result",
+            "result",
+            &[
+                ("accepted", s.fence_writes_accepted),
+                ("refused", s.fence_writes_refused),
+            ],
+        )?;
+        gauge(
+            e,
+            "flockd_token_floor",
+            "Every lock's next token is above this (forgotten names, --bump-tokens)",
+            s.token_floor,
+        )?;
+        histogram(
+            e,
+            "flockd_aof_fsync_duration_seconds",
+            "Time of each fsync of the append-only file",
+            &s.aof_fsync_duration,
+        )?;
+        histogram(
+            e,
+            "flockd_aof_records_per_fsync",
+            "Records made durable by each fsync (group commit)",
+            &s.aof_records_per_fsync,
+        )?;
+        gauge(
+            e,
+            "flockd_aof_size_bytes",
+            "Length of the append-only file",
+            s.aof_size_bytes,
+        )?;
+        counter(
+            e,
+            "flockd_aof_rewrites",
+            "AOF rewrites completed",
+            s.aof_rewrites,
+        )?;
+        counter(
+            e,
+            "flockd_aof_write_errors",
+            "Failed writes or fsyncs of the append-only file",
+            s.aof_write_errors,
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::CommandFigures;
+
+    struct Fixed(MetricsSnapshot);
+
+    impl MetricsSource for Fixed {
+        fn snapshot(&self) -> MetricsSnapshot {
+            self.0.clone()
+        }
+        fn ready(&self) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_contract_names_are_exported() {
+        let mut duration = HistogramData::with_bounds(&[0.001, 0.01]);
+        duration.observe(0.002);
+        let snapshot = MetricsSnapshot {
+            version: "0.1.0".into(),
+            connected_clients: 3,
+            commands: vec![CommandFigures {
+                command: "flock.acquire".into(),
+                calls: 7,
+                errors: vec![("ERR".into(), 2)],
+                duration,
+            }],
+            lock_grants: vec![("exclusive".into(), 5)],
+            lock_wait: vec![("granted".into(), HistogramData::with_bounds(&[1.0]))],
+            aof_fsync_duration: HistogramData::with_bounds(&[0.001]),
+            aof_records_per_fsync: HistogramData::with_bounds(&[1.0]),
+            ..MetricsSnapshot::default()
+        };
+        let text = render(&registry(Arc::new(Fixed(snapshot))));
+        for line in [
+            "flockd_build_info{version=\"0.1.0\"} 1",
+            "flockd_connected_clients 3",
+            "flockd_commands_total{command=\"flock.acquire\"} 7",
+            "flockd_command_errors_total{command=\"flock.acquire\",error=\"ERR\"} 2",
+            "flockd_command_duration_seconds_bucket{le=\"0.01\",command=\"flock.acquire\"} 1",
+            "flockd_command_duration_seconds_count{command=\"flock.acquire\"} 1",
+            "flockd_lock_grants_total{mode=\"exclusive\"} 5",
+            "flockd_lock_wait_seconds_bucket{le=\"+Inf\",result=\"granted\"} 0",
+            "flockd_fence_writes_total{result=\"refused\"} 0",
+            "flockd_aof_records_per_fsync_count 0",
+            "flockd_aof_write_errors_total 0",
+            "# EOF",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} not in:\n{text}");
+        }
+    }
+}

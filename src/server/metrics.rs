@@ -1,0 +1,167 @@
+//! The daemon's side of the metrics port: turns its counters (INFO's, commandstats, the lock
+//! table's, the AOF writer's) into a [`MetricsSnapshot`] at each scrape. The port starts before
+//! the AOF is loaded, so `/readyz` can say 503 "loading" while it is.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use flockd_metrics::{CommandFigures, HistogramData, MetricsSnapshot, MetricsSource};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+use super::stats::{self, HISTOGRAM_BUCKETS, TIME_BOUNDS_SECONDS, TimeHistogram, bucket_usec};
+use crate::commands::TABLE;
+
+/// What the metrics port reads; the server is set once it serves.
+#[derive(Default)]
+pub struct DaemonMetrics {
+    shared: OnceLock<Arc<Shared>>,
+}
+
+impl DaemonMetrics {
+    pub fn serving(&self, shared: Arc<Shared>) {
+        let _ = self.shared.set(shared);
+    }
+}
+
+/// Binds the metrics port and serves it in the background until `shutdown`.
+pub async fn start(
+    addr: SocketAddr,
+    source: Arc<DaemonMetrics>,
+    shutdown: CancellationToken,
+) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tokio::spawn(flockd_metrics::serve(listener, source, shutdown));
+    Ok(local)
+}
+
+fn from_time_histogram(h: &TimeHistogram) -> HistogramData {
+    let (counts, sum) = h.read();
+    let mut buckets: Vec<(f64, u64)> = TIME_BOUNDS_SECONDS
+        .iter()
+        .copied()
+        .zip(counts.iter().copied())
+        .collect();
+    buckets.push((f64::MAX, counts[TIME_BOUNDS_SECONDS.len()]));
+    HistogramData { buckets, sum }
+}
+
+fn from_fixed(h: &flockd_aof::FixedHistogram) -> HistogramData {
+    let mut buckets: Vec<(f64, u64)> = h
+        .bounds
+        .iter()
+        .copied()
+        .zip(h.counts.iter().copied())
+        .collect();
+    buckets.push((f64::MAX, h.counts[h.bounds.len()]));
+    HistogramData {
+        buckets,
+        sum: h.sum,
+    }
+}
+
+/// A command's duration histogram in seconds. Its last level also holds every call slower
+/// than a second (Redis's histogram clamps there), so it is reported as +Inf only.
+fn command_duration(stat: &stats::CommandStat) -> HistogramData {
+    let counts = stat.histogram.counts();
+    let mut buckets: Vec<(f64, u64)> = (0..HISTOGRAM_BUCKETS - 1)
+        .map(|i| (bucket_usec(i) as f64 / 1e6, counts[i]))
+        .collect();
+    buckets.push((f64::MAX, counts[HISTOGRAM_BUCKETS - 1]));
+    HistogramData {
+        buckets,
+        sum: stats::read(&stat.usec) as f64 / 1e6,
+    }
+}
+
+impl MetricsSource for DaemonMetrics {
+    fn ready(&self) -> Result<(), String> {
+        match self.shared.get() {
+            Some(shared) if shared.shutdown.is_cancelled() => Err("shutting down".into()),
+            Some(_) => Ok(()),
+            None => Err("loading the append-only file".into()),
+        }
+    }
+
+    fn snapshot(&self) -> MetricsSnapshot {
+        let version = env!("CARGO_PKG_VERSION").to_string();
+        let Some(shared) = self.shared.get() else {
+            return MetricsSnapshot {
+                version,
+                ..MetricsSnapshot::default()
+            };
+        };
+        let commands = TABLE
+            .iter()
+            .zip(&shared.stats.commands)
+            .filter_map(|(meta, stat)| {
+                let calls = stats::read(&stat.calls);
+                let errors: Vec<(String, u64)> = stat
+                    .errors
+                    .lock()
+                    .iter()
+                    .map(|(code, n)| (code.to_string(), *n))
+                    .collect();
+                (calls > 0 || !errors.is_empty()).then(|| CommandFigures {
+                    command: meta.name.to_string(),
+                    calls,
+                    errors,
+                    duration: command_duration(stat),
+                })
+            })
+            .collect();
+        let (locks, fences, token_floor) = {
+            let machine = shared.host.read();
+            (
+                machine.lock_stats(),
+                machine.fence_stats(),
+                machine.token_floor(),
+            )
+        };
+        let aof = shared.aof.stats();
+        let holds = &shared.host.holds;
+        MetricsSnapshot {
+            version,
+            connected_clients: shared.clients.connected() as u64,
+            blocked_clients: shared.clients.blocked() as u64,
+            commands,
+            lock_names: locks.names,
+            locks_held: locks.locks_held,
+            lock_waiters: locks.waiters,
+            lock_grants: vec![("exclusive".to_string(), locks.grants)],
+            lock_renewals: locks.renewals,
+            lock_releases: locks.releases,
+            lock_expirations: locks.expirations,
+            lock_force_releases: locks.force_releases,
+            lock_busy: locks.busy,
+            lock_wait: vec![
+                (
+                    "granted".into(),
+                    from_time_histogram(&shared.stats.wait_granted),
+                ),
+                (
+                    "timeout".into(),
+                    from_time_histogram(&shared.stats.wait_timed_out),
+                ),
+            ],
+            lock_hold: vec![
+                ("released".into(), from_time_histogram(&holds.released)),
+                ("expired".into(), from_time_histogram(&holds.expired)),
+                (
+                    "forcereleased".into(),
+                    from_time_histogram(&holds.force_released),
+                ),
+            ],
+            fence_writes_accepted: fences.accepted,
+            fence_writes_refused: fences.refused,
+            token_floor,
+            aof_fsync_duration: from_fixed(&aof.fsync_seconds),
+            aof_records_per_fsync: from_fixed(&aof.records_per_fsync),
+            aof_size_bytes: aof.file_size,
+            aof_rewrites: aof.rewrites,
+            aof_write_errors: aof.write_errors,
+        }
+    }
+}
