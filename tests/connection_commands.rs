@@ -372,6 +372,7 @@ fn command_introspection() {
         "flock.token",
         "flock.ttl",
         "flock.forcerelease",
+        "flock.hot",
         "flock.advance",
         "fence.set",
         "fence.get",

@@ -32,6 +32,7 @@ mod fence_token;
 mod flock_acquire;
 mod flock_advance;
 mod flock_forcerelease;
+mod flock_hot;
 mod flock_release;
 mod flock_renew;
 mod flock_status;
@@ -213,6 +214,7 @@ command_table! {
     read FlockToken => flock_token::FlockToken,
     read FlockTtl => flock_ttl::FlockTtl,
     state FlockForceRelease => flock_forcerelease::FlockForceRelease,
+    local FlockHot => flock_hot::FlockHot,
     state FlockAdvance => flock_advance::FlockAdvance,
     state FenceSet => fence_set::FenceSet,
     read FenceGet => fence_get::FenceGet,

@@ -18,6 +18,7 @@ const IMMUTABLE: &[&str] = &[
     "worker-threads",
     "metrics-port",
     "metrics-bind",
+    "hot-locks-capacity",
     "appendonly",
     "save",
     "databases",
@@ -85,6 +86,7 @@ impl Config {
         next.config_file = self.config_file.clone();
         next.metrics_port = self.metrics_port;
         next.metrics_bind = self.metrics_bind;
+        next.hot_locks_capacity = self.hot_locks_capacity;
         Ok(next)
     }
 

@@ -50,6 +50,8 @@ pub struct Config {
     pub metrics_port: Option<u16>,
     /// The address of the metrics port (default: `bind`).
     pub metrics_bind: IpAddr,
+    /// Lock names FLOCK.HOT tracks per ten seconds (its memory bound).
+    pub hot_locks_capacity: usize,
 }
 
 impl Default for Config {
@@ -82,6 +84,7 @@ impl Default for Config {
             config_file: None,
             metrics_port: None,
             metrics_bind: IpAddr::from([127, 0, 0, 1]),
+            hot_locks_capacity: 1024,
         }
     }
 }
@@ -141,6 +144,7 @@ impl Config {
                 self.metrics_port.map(|p| p.to_string()).unwrap_or_default(),
             ),
             ("metrics-bind", self.metrics_bind.to_string()),
+            ("hot-locks-capacity", self.hot_locks_capacity.to_string()),
             ("databases", "1".to_string()),
         ]
     }
@@ -309,6 +313,9 @@ pub struct Settings {
     /// Address of the metrics port [default: bind].
     #[arg(long, env = "FLOCKD_METRICS_BIND", value_name = "ADDR")]
     pub metrics_bind: Option<String>,
+    /// Lock names FLOCK.HOT tracks (per ten seconds; bounds its memory).
+    #[arg(long, env = "FLOCKD_HOT_LOCKS_CAPACITY", value_name = "N")]
+    pub hot_locks_capacity: Option<u64>,
 }
 
 impl Settings {
@@ -352,6 +359,7 @@ impl Settings {
                 .or(lower.latency_monitor_threshold),
             metrics_port: self.metrics_port.or(lower.metrics_port),
             metrics_bind: self.metrics_bind.or(lower.metrics_bind),
+            hot_locks_capacity: self.hot_locks_capacity.or(lower.hot_locks_capacity),
         }
     }
 
@@ -425,6 +433,14 @@ impl Settings {
             other => other,
         };
         Ok(Config {
+            hot_locks_capacity: ranged(
+                "hot-locks-capacity",
+                self.hot_locks_capacity,
+                defaults.hot_locks_capacity as u64,
+                16,
+                1_000_000,
+                "16..=1000000",
+            )? as usize,
             config_file: self.config,
             metrics_port,
             metrics_bind,

@@ -506,6 +506,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         _ => &self.shared.stats.wait_timed_out,
                     };
                     waited.observe(started.elapsed());
+                    self.shared.host.hot.record(
+                        &name,
+                        super::hot::Contention::Waited(started.elapsed()),
+                        Instant::now(),
+                    );
                     // The wait was the client's asking: no latency event, no slow log entry.
                     let usec = started.elapsed().as_micros() as u64;
                     stats::account(&self.shared.stats, command, usec);

@@ -12,6 +12,7 @@ use flockd_core::{AcquireResult, Event, Millis, Op, OpResult, Snapshot, StateMac
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tokio::sync::Notify;
 
+use super::hot::{Contention, HotLocks};
 use super::stats::TimeHistogram;
 use super::waiters::WaitRegistry;
 
@@ -51,13 +52,16 @@ pub struct StateHost {
     machine: RwLock<StateMachine>,
     pub waits: WaitRegistry,
     pub holds: HoldTimes,
+    /// The most contended names (FLOCK.HOT).
+    pub hot: HotLocks,
     /// Woken when an applied op scheduled a lease deadline earlier than all others.
     pub expiry_wake: Notify,
 }
 
 impl StateHost {
-    pub fn new(machine: StateMachine) -> StateHost {
+    pub fn new(machine: StateMachine, hot_capacity: usize) -> StateHost {
         StateHost {
+            hot: HotLocks::new(hot_capacity, std::time::Instant::now()),
             machine: RwLock::new(machine),
             waits: WaitRegistry::default(),
             holds: HoldTimes::default(),
@@ -78,6 +82,10 @@ impl StateHost {
     fn route(&self, events: &mut Vec<Event>, at: Millis) {
         for event in events.drain(..) {
             self.holds.observe(&event, at);
+            if let Event::Expired { name, .. } = &event {
+                self.hot
+                    .record(name, Contention::Expired, std::time::Instant::now());
+            }
             match event {
                 Event::Granted {
                     wait: Some(wait),
@@ -101,7 +109,16 @@ impl Applier for StateHost {
                 let result =
                     machine.apply_in_entry(entry.position, index as u32, entry.at, op, &mut events);
                 match (&result, op) {
+                    (OpResult::Acquire(AcquireResult::Queued(wait)), Op::Acquire { name, .. }) => {
+                        self.waits.queued(*wait);
+                        self.hot
+                            .record(name, Contention::Queued, std::time::Instant::now());
+                    }
                     (OpResult::Acquire(AcquireResult::Queued(wait)), _) => self.waits.queued(*wait),
+                    (OpResult::Acquire(AcquireResult::Busy), Op::Acquire { name, .. }) => {
+                        self.hot
+                            .record(name, Contention::Busy, std::time::Instant::now());
+                    }
                     // A cancel ends the wait whatever it found: nobody claims it any more.
                     (_, Op::CancelWait { wait, .. }) => self.waits.ended(*wait),
                     _ => {}

@@ -14,6 +14,7 @@ mod connection;
 pub mod context;
 mod expiry;
 pub mod host;
+pub mod hot;
 pub mod metrics;
 pub mod monitor;
 pub mod propose;
@@ -120,7 +121,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     let (position, last_at) = (machine.position(), machine.time());
     let rearm = machine.has_holdings_or_waiters();
     let clock = Clock::continuing_from(last_at);
-    let host = Arc::new(StateHost::new(machine));
+    let host = Arc::new(StateHost::new(machine, config.hot_locks_capacity));
     let aof = tokio::task::block_in_place(|| {
         Aof::open(
             AofOptions {
