@@ -118,6 +118,11 @@ impl LocalCommand for ConfigCmd {
                     if *key == "port" {
                         *value = ctx.shared.local_addr.port().to_string();
                     }
+                    if *key == "tls-port"
+                        && let Some(addr) = ctx.shared.tls_addr
+                    {
+                        *value = addr.port().to_string();
+                    }
                 }
                 let pairs = entries
                     .into_iter()

@@ -19,6 +19,8 @@ const IMMUTABLE: &[&str] = &[
     "metrics-port",
     "metrics-bind",
     "hot-locks-capacity",
+    "tls-port",
+    "tls-only",
     "appendonly",
     "save",
     "databases",
@@ -87,6 +89,8 @@ impl Config {
         next.metrics_port = self.metrics_port;
         next.metrics_bind = self.metrics_bind;
         next.hot_locks_capacity = self.hot_locks_capacity;
+        next.tls_port = self.tls_port;
+        next.tls_only = self.tls_only;
         Ok(next)
     }
 

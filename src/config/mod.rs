@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use flockd_aof::FsyncPolicy;
+use flockd_tls::{AuthClients, Protocol, TlsSettings};
 use serde::Deserialize;
 
 /// Everything the daemon runs with, after layering and validation.
@@ -52,6 +53,16 @@ pub struct Config {
     pub metrics_bind: IpAddr,
     /// Lock names FLOCK.HOT tracks per ten seconds (its memory bound).
     pub hot_locks_capacity: usize,
+    /// The TLS port beside `port`; `None`: no TLS, 0: a free port.
+    pub tls_port: Option<u16>,
+    /// Only the TLS port listens (Redis says `port 0`; in flockd 0 picks a free port).
+    pub tls_only: bool,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// Resolved: `yes` when a CA is given and nothing was said, `no` without a CA.
+    pub tls_auth_clients: AuthClients,
+    pub tls_protocols: Vec<Protocol>,
 }
 
 impl Default for Config {
@@ -85,6 +96,13 @@ impl Default for Config {
             metrics_port: None,
             metrics_bind: IpAddr::from([127, 0, 0, 1]),
             hot_locks_capacity: 1024,
+            tls_port: None,
+            tls_only: false,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_cert_file: None,
+            tls_auth_clients: AuthClients::No,
+            tls_protocols: vec![Protocol::Tls12, Protocol::Tls13],
         }
     }
 }
@@ -145,8 +163,51 @@ impl Config {
             ),
             ("metrics-bind", self.metrics_bind.to_string()),
             ("hot-locks-capacity", self.hot_locks_capacity.to_string()),
+            (
+                "tls-port",
+                self.tls_port.map(|p| p.to_string()).unwrap_or_default(),
+            ),
+            (
+                "tls-only",
+                if self.tls_only { "yes" } else { "no" }.to_string(),
+            ),
+            ("tls-cert-file", path_text(&self.tls_cert_file)),
+            ("tls-key-file", path_text(&self.tls_key_file)),
+            ("tls-ca-cert-file", path_text(&self.tls_ca_cert_file)),
+            (
+                "tls-auth-clients",
+                self.tls_auth_clients.as_str().to_string(),
+            ),
+            (
+                "tls-protocols",
+                self.tls_protocols
+                    .iter()
+                    .map(|p| p.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
             ("databases", "1".to_string()),
         ]
+    }
+}
+
+fn path_text(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+impl Config {
+    /// The TLS port's settings, when there is one.
+    pub fn tls_settings(&self) -> Option<TlsSettings> {
+        self.tls_port?;
+        Some(TlsSettings {
+            cert_file: self.tls_cert_file.clone()?,
+            key_file: self.tls_key_file.clone()?,
+            ca_cert_file: self.tls_ca_cert_file.clone(),
+            auth_clients: self.tls_auth_clients,
+            protocols: self.tls_protocols.clone(),
+        })
     }
 }
 
@@ -316,6 +377,28 @@ pub struct Settings {
     /// Lock names FLOCK.HOT tracks (per ten seconds; bounds its memory).
     #[arg(long, env = "FLOCKD_HOT_LOCKS_CAPACITY", value_name = "N")]
     pub hot_locks_capacity: Option<u64>,
+    /// TLS port beside `port` (unset: no TLS; 0 picks a free one, the ready line names it).
+    #[arg(long, env = "FLOCKD_TLS_PORT", value_name = "N")]
+    pub tls_port: Option<u32>,
+    /// yes: only the TLS port listens.
+    #[arg(long, env = "FLOCKD_TLS_ONLY", value_name = "yes|no")]
+    pub tls_only: Option<String>,
+    /// The server's certificate chain (PEM).
+    #[arg(long, env = "FLOCKD_TLS_CERT_FILE", value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The server's private key (PEM).
+    #[arg(long, env = "FLOCKD_TLS_KEY_FILE", value_name = "FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// CA certificates that sign client certificates (PEM).
+    #[arg(long, env = "FLOCKD_TLS_CA_CERT_FILE", value_name = "FILE")]
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// yes: clients must present a certificate signed by the CA (the default with a CA); no;
+    /// optional.
+    #[arg(long, env = "FLOCKD_TLS_AUTH_CLIENTS", value_name = "yes|no|optional")]
+    pub tls_auth_clients: Option<String>,
+    /// Protocol versions offered: "TLSv1.2 TLSv1.3" (default), or one of them.
+    #[arg(long, env = "FLOCKD_TLS_PROTOCOLS", value_name = "VERSIONS")]
+    pub tls_protocols: Option<String>,
 }
 
 impl Settings {
@@ -360,6 +443,13 @@ impl Settings {
             metrics_port: self.metrics_port.or(lower.metrics_port),
             metrics_bind: self.metrics_bind.or(lower.metrics_bind),
             hot_locks_capacity: self.hot_locks_capacity.or(lower.hot_locks_capacity),
+            tls_port: self.tls_port.or(lower.tls_port),
+            tls_only: self.tls_only.or(lower.tls_only),
+            tls_cert_file: self.tls_cert_file.or(lower.tls_cert_file),
+            tls_key_file: self.tls_key_file.or(lower.tls_key_file),
+            tls_ca_cert_file: self.tls_ca_cert_file.or(lower.tls_ca_cert_file),
+            tls_auth_clients: self.tls_auth_clients.or(lower.tls_auth_clients),
+            tls_protocols: self.tls_protocols.or(lower.tls_protocols),
         }
     }
 
@@ -373,6 +463,7 @@ impl Settings {
     }
 
     fn validate(self) -> Result<Config, ConfigError> {
+        let tls = self.tls()?;
         let defaults = Config::default();
         let bind = match self.bind {
             None => defaults.bind,
@@ -433,6 +524,13 @@ impl Settings {
             other => other,
         };
         Ok(Config {
+            tls_port: tls.port,
+            tls_only: tls.only,
+            tls_cert_file: tls.cert_file,
+            tls_key_file: tls.key_file,
+            tls_ca_cert_file: tls.ca_cert_file,
+            tls_auth_clients: tls.auth_clients,
+            tls_protocols: tls.protocols,
             hot_locks_capacity: ranged(
                 "hot-locks-capacity",
                 self.hot_locks_capacity,
@@ -590,6 +688,104 @@ impl Settings {
                 i64::MAX as u64,
                 "0 (off) or milliseconds",
             )?,
+        })
+    }
+}
+
+/// The TLS keys, checked together (the files themselves are read at start).
+struct TlsKeys {
+    port: Option<u16>,
+    only: bool,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+    ca_cert_file: Option<PathBuf>,
+    auth_clients: AuthClients,
+    protocols: Vec<Protocol>,
+}
+
+/// An empty path is no path (CONFIG GET shows an unset file as "").
+fn some_path(path: Option<PathBuf>) -> Option<PathBuf> {
+    path.filter(|p| !p.as_os_str().is_empty())
+}
+
+impl Settings {
+    fn tls(&self) -> Result<TlsKeys, ConfigError> {
+        let port = match self.tls_port {
+            None => None,
+            Some(p) => Some(ranged(
+                "tls-port",
+                Some(u64::from(p)),
+                0,
+                0,
+                65_535,
+                "0..=65535 (0: a free port; leave it out for no TLS)",
+            )? as u16),
+        };
+        let only = match self
+            .tls_only
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            None | Some("no") => false,
+            Some("yes") => true,
+            Some(_) => {
+                return Err(ConfigError::Invalid {
+                    key: "tls-only",
+                    value: self.tls_only.clone().unwrap_or_default(),
+                    allowed: "yes, no",
+                });
+            }
+        };
+        let cert_file = some_path(self.tls_cert_file.clone());
+        let key_file = some_path(self.tls_key_file.clone());
+        let ca_cert_file = some_path(self.tls_ca_cert_file.clone());
+        let auth_clients = match &self.tls_auth_clients {
+            None if ca_cert_file.is_some() => AuthClients::Yes,
+            None => AuthClients::No,
+            Some(text) => text.parse().map_err(|()| ConfigError::Invalid {
+                key: "tls-auth-clients",
+                value: text.clone(),
+                allowed: "yes, no, optional",
+            })?,
+        };
+        let protocols = match &self.tls_protocols {
+            None => vec![Protocol::Tls12, Protocol::Tls13],
+            Some(text) => Protocol::parse_list(text).map_err(|_| ConfigError::Invalid {
+                key: "tls-protocols",
+                value: text.clone(),
+                allowed: "TLSv1.2, TLSv1.3 or \"TLSv1.2 TLSv1.3\"",
+            })?,
+        };
+        if only && port.is_none() {
+            return Err(ConfigError::Invalid {
+                key: "tls-only",
+                value: "yes".into(),
+                allowed: "yes only with tls-port set",
+            });
+        }
+        if port.is_some() && (cert_file.is_none() || key_file.is_none()) {
+            return Err(ConfigError::Invalid {
+                key: "tls-port",
+                value: port.map(|p| p.to_string()).unwrap_or_default(),
+                allowed: "a port together with tls-cert-file and tls-key-file",
+            });
+        }
+        if auth_clients != AuthClients::No && port.is_some() && ca_cert_file.is_none() {
+            return Err(ConfigError::Invalid {
+                key: "tls-auth-clients",
+                value: auth_clients.as_str().into(),
+                allowed: "no without tls-ca-cert-file (yes and optional verify clients against it)",
+            });
+        }
+        Ok(TlsKeys {
+            port,
+            only,
+            cert_file,
+            key_file,
+            ca_cert_file,
+            auth_clients,
+            protocols,
         })
     }
 }

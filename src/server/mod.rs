@@ -67,6 +67,9 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     pub started: Instant,
     pub local_addr: SocketAddr,
+    /// The TLS port's acceptor (reloaded by SIGHUP and CONFIG SET tls-*) and address.
+    pub tls: Option<Arc<flockd_tls::Acceptor>>,
+    pub tls_addr: Option<SocketAddr>,
     pub replayed: flockd_aof::ReplayReport,
 }
 
@@ -84,6 +87,8 @@ pub enum ServerError {
         what: &'static str,
         source: propose::ProposeError,
     },
+    #[error("TLS: {0}")]
+    Tls(#[from] flockd_tls::TlsError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -167,14 +172,35 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         );
     }
 
-    let addr = SocketAddr::new(config.bind, config.port);
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServerError::Bind { addr, source })?;
-    let local_addr = listener
-        .local_addr()
-        .map_err(|source| ServerError::Bind { addr, source })?;
-
+    // The files are read before anything listens: a bad one stops the start, named.
+    let tls = match config.tls_settings() {
+        Some(settings) => Some(Arc::new(flockd_tls::Acceptor::new(&settings)?)),
+        None => None,
+    };
+    let listen = |port: u16| async move {
+        let addr = SocketAddr::new(config.bind, port);
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        Ok::<_, ServerError>((listener, local))
+    };
+    let plain = match config.tls_only {
+        true => None,
+        false => Some(listen(config.port).await?),
+    };
+    let tls_listener = match config.tls_port {
+        Some(port) => Some(listen(port).await?),
+        None => None,
+    };
+    let tls_addr = tls_listener.as_ref().map(|(_, addr)| *addr);
+    let local_addr = match (&plain, tls_addr) {
+        (Some((_, addr)), _) => *addr,
+        (None, Some(addr)) => addr,
+        (None, None) => unreachable!("tls-only is refused without tls-port"),
+    };
     let shared = Arc::new(Shared {
         config: reconfigure::LiveConfig::new(config),
         host,
@@ -187,6 +213,8 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         shutdown,
         started: Instant::now(),
         local_addr,
+        tls,
+        tls_addr,
         replayed,
     });
 
@@ -195,23 +223,37 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     tokio::spawn(reclaim_idle_names(shared.clone()));
     tokio::spawn(stats::sample_memory(shared.clone()));
     tokio::spawn(watch_signals(shared.shutdown.clone()));
+    if shared.tls.is_some() {
+        tokio::spawn(reload_tls_on_sighup(shared.clone()));
+    }
 
-    info!("ready to accept connections on {local_addr}");
+    // The TLS line first: whoever waits for the plain one then has both.
+    if let Some(addr) = tls_addr {
+        info!("ready to accept TLS connections on {addr}");
+    }
+    if plain.is_some() {
+        info!("ready to accept connections on {local_addr}");
+    }
+    let plain = plain.map(|(listener, _)| listener);
+    let tls_listener = tls_listener.map(|(listener, _)| listener);
     let connections = TaskTracker::new();
     loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => accept(&shared, &connections, stream, peer),
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
+        let (accepted, over_tls) = tokio::select! {
+            accepted = accept_on(plain.as_ref()) => (accepted, false),
+            accepted = accept_on(tls_listener.as_ref()) => (accepted, true),
             _ = shared.shutdown.cancelled() => break,
+        };
+        match accepted {
+            Ok((stream, peer)) => accept(&shared, &connections, stream, peer, over_tls),
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
     }
-    drop(listener);
+    drop(plain);
+    drop(tls_listener);
     info!(
         "shutting down: waiting for {} connection(s) to finish",
         shared.clients.connected()
@@ -233,7 +275,86 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     Ok(())
 }
 
-fn accept(shared: &Arc<Shared>, connections: &TaskTracker, stream: TcpStream, peer: SocketAddr) {
+/// The next connection on `listener`; never, without one.
+async fn accept_on(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// How long a client has to finish the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The TLS handshake of a new connection, or `None` (logged) if it fails. Plain text sent to
+/// the TLS port gets a RESP error saying so before the close, so a misconfigured client learns
+/// why instead of seeing a reset.
+async fn handshake(
+    shared: &Shared,
+    stream: TcpStream,
+    peer: SocketAddr,
+) -> Option<flockd_tls::TlsStream<TcpStream>> {
+    let acceptor = shared.tls.as_ref()?;
+    let mut first = [0u8; 1];
+    let peeked = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await;
+    // 0x16: a TLS handshake record; anything else is not TLS.
+    if let Ok(Ok(1)) = peeked
+        && first[0] != 0x16
+    {
+        info!(%peer, "plain text on the TLS port; closed");
+        let mut stream = stream;
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            let _ = stream
+                .write_all(b"-ERR this port speaks TLS: connect with TLS (redis-cli --tls)\r\n")
+                .await;
+            let _ = stream.shutdown().await;
+        })
+        .await;
+        return None;
+    }
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => Some(tls),
+        Ok(Err(e)) => {
+            info!(%peer, "TLS handshake failed: {e}");
+            None
+        }
+        Err(_) => {
+            info!(%peer, "TLS handshake timed out after {TLS_HANDSHAKE_TIMEOUT:?}");
+            None
+        }
+    }
+}
+
+/// On SIGHUP, reads the TLS files again for new connections (open ones keep theirs).
+async fn reload_tls_on_sighup(shared: Arc<Shared>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        error!("cannot install the SIGHUP handler; TLS files reload only by CONFIG SET");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {}
+            _ = shared.shutdown.cancelled() => return,
+        }
+        let config = shared.config.load();
+        let (Some(acceptor), Some(settings)) = (&shared.tls, config.tls_settings()) else {
+            continue;
+        };
+        match acceptor.reload(&settings) {
+            Ok(()) => info!("SIGHUP: TLS certificates reloaded for new connections"),
+            Err(e) => error!("SIGHUP: TLS reload failed, keeping the certificates in use: {e}"),
+        }
+    }
+}
+
+fn accept(
+    shared: &Arc<Shared>,
+    connections: &TaskTracker,
+    stream: TcpStream,
+    peer: SocketAddr,
+    over_tls: bool,
+) {
     stats::bump(&shared.stats.connections_received, 1);
     let _ = stream.set_nodelay(true);
     let laddr = stream.local_addr().unwrap_or(shared.local_addr);
@@ -241,6 +362,15 @@ fn accept(shared: &Arc<Shared>, connections: &TaskTracker, stream: TcpStream, pe
         .clients
         .register(peer, laddr, shared.config.load().maxclients)
     {
+        Some(handle) if over_tls => {
+            let shared = shared.clone();
+            connections.spawn(async move {
+                match handshake(&shared, stream, peer).await {
+                    Some(tls) => connection::serve(shared, tls, handle).await,
+                    None => shared.clients.unregister(handle.id),
+                }
+            });
+        }
         Some(handle) => {
             connections.spawn(connection::serve(shared.clone(), stream, handle));
         }

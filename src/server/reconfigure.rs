@@ -27,6 +27,8 @@ pub enum ReconfigureError {
     Change(#[from] ChangeError),
     #[error("CONFIG SET failed (possibly related to argument 'log-level') - {0}")]
     LogFilter(LoggingError),
+    #[error("CONFIG SET failed (possibly related to argument 'tls-cert-file') - {0}")]
+    Tls(flockd_tls::TlsError),
 }
 
 impl LiveConfig {
@@ -73,6 +75,14 @@ pub fn change(shared: &Shared, changes: &[(String, String)]) -> Result<(), Recon
     let next = old.with_changes(changes)?;
     if next.log_level != old.log_level {
         logging::parse_filter(&next.log_level).map_err(ReconfigureError::LogFilter)?;
+    }
+    // The one change that can still fail goes first: new certificates are read and checked
+    // before anything else changes, and only then used for new connections.
+    if next.tls_settings() != old.tls_settings()
+        && let (Some(acceptor), Some(settings)) = (&shared.tls, next.tls_settings())
+    {
+        acceptor.reload(&settings).map_err(ReconfigureError::Tls)?;
+        tracing::info!("CONFIG SET: TLS certificates reloaded for new connections");
     }
     if next.appendfsync != old.appendfsync {
         shared.aof.set_fsync_policy(next.appendfsync);

@@ -1,0 +1,360 @@
+//! TLS for flockd's client port, with Redis's settings (`tls-cert-file`, `tls-key-file`,
+//! `tls-ca-cert-file`, `tls-auth-clients`, `tls-protocols`) turned into a rustls server
+//! configuration. rustls does all of TLS; this crate reads the files, checks them, and keeps
+//! the acceptor that new connections use, so a reload (SIGHUP, CONFIG SET) changes what new
+//! connections get without touching the open ones.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::version::{TLS12, TLS13};
+use tokio_rustls::rustls::{
+    self, RootCertStore, ServerConfig, SupportedProtocolVersion, crypto::ring,
+};
+
+pub use tokio_rustls::server::TlsStream;
+
+/// `tls-auth-clients`: whether clients must present a certificate signed by the CA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthClients {
+    Yes,
+    No,
+    Optional,
+}
+
+impl AuthClients {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthClients::Yes => "yes",
+            AuthClients::No => "no",
+            AuthClients::Optional => "optional",
+        }
+    }
+}
+
+impl std::str::FromStr for AuthClients {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s.to_ascii_lowercase().as_str() {
+            "yes" => Ok(AuthClients::Yes),
+            "no" => Ok(AuthClients::No),
+            "optional" => Ok(AuthClients::Optional),
+            _ => Err(()),
+        }
+    }
+}
+
+/// A protocol version of `tls-protocols`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Tls12,
+    Tls13,
+}
+
+impl Protocol {
+    /// Parses Redis's `tls-protocols` value: `TLSv1.2`, `TLSv1.3` or both, space-separated.
+    /// Older versions are not offered by rustls at all, so naming them is an error.
+    pub fn parse_list(text: &str) -> Result<Vec<Protocol>, String> {
+        let mut out = Vec::new();
+        for word in text.split_whitespace() {
+            let protocol = match word.to_ascii_lowercase().as_str() {
+                "tlsv1.2" => Protocol::Tls12,
+                "tlsv1.3" => Protocol::Tls13,
+                "tlsv1" | "tlsv1.0" | "tlsv1.1" => {
+                    return Err(format!(
+                        "{word} is not offered (too old); use TLSv1.2 or TLSv1.3"
+                    ));
+                }
+                _ => return Err(format!("unknown protocol {word}: use TLSv1.2, TLSv1.3")),
+            };
+            if !out.contains(&protocol) {
+                out.push(protocol);
+            }
+        }
+        if out.is_empty() {
+            return Err("no protocol: use TLSv1.2, TLSv1.3 or both".into());
+        }
+        Ok(out)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tls12 => "TLSv1.2",
+            Protocol::Tls13 => "TLSv1.3",
+        }
+    }
+
+    fn rustls(self) -> &'static SupportedProtocolVersion {
+        match self {
+            Protocol::Tls12 => &TLS12,
+            Protocol::Tls13 => &TLS13,
+        }
+    }
+}
+
+/// Everything the TLS port is configured with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub ca_cert_file: Option<PathBuf>,
+    pub auth_clients: AuthClients,
+    pub protocols: Vec<Protocol>,
+}
+
+/// Why a TLS configuration could not be made; each names the file at fault.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TlsError {
+    #[error("cannot read {what} {path}: {reason}")]
+    File {
+        what: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("{what} {path} holds no {expected}")]
+    Empty {
+        what: &'static str,
+        path: PathBuf,
+        expected: &'static str,
+    },
+    #[error("tls-ca-cert-file {path}: {reason}")]
+    BadCa { path: PathBuf, reason: String },
+    #[error("tls-auth-clients {0} needs tls-ca-cert-file (the CA that signs client certificates)")]
+    NeedsCa(&'static str),
+    #[error("tls-cert-file {cert} and tls-key-file {key} do not make a usable pair: {reason}")]
+    Pair {
+        cert: PathBuf,
+        key: PathBuf,
+        reason: String,
+    },
+}
+
+fn file_error(what: &'static str, path: &Path, e: impl fmt::Display) -> TlsError {
+    TlsError::File {
+        what,
+        path: path.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+fn certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| file_error(what, path, e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_error(what, path, e))?;
+    if certs.is_empty() {
+        return Err(TlsError::Empty {
+            what,
+            path: path.to_owned(),
+            expected: "PEM certificate",
+        });
+    }
+    Ok(certs)
+}
+
+/// The rustls configuration `settings` describe, with every file read and checked now.
+pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = Arc::new(ring::default_provider());
+    let chain = certificates("tls-cert-file", &settings.cert_file)?;
+    let key = PrivateKeyDer::from_pem_file(&settings.key_file).map_err(|e| match e {
+        rustls_pki_types::pem::Error::NoItemsFound => TlsError::Empty {
+            what: "tls-key-file",
+            path: settings.key_file.clone(),
+            expected: "PEM private key",
+        },
+        other => file_error("tls-key-file", &settings.key_file, other),
+    })?;
+    let versions: Vec<&'static SupportedProtocolVersion> =
+        settings.protocols.iter().map(|p| p.rustls()).collect();
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+        .map_err(|e| TlsError::Pair {
+            cert: settings.cert_file.clone(),
+            key: settings.key_file.clone(),
+            reason: e.to_string(),
+        })?;
+    let builder = match (&settings.ca_cert_file, settings.auth_clients) {
+        (None, AuthClients::No) => builder.with_no_client_auth(),
+        (None, other) => return Err(TlsError::NeedsCa(other.as_str())),
+        (Some(_), AuthClients::No) => builder.with_no_client_auth(),
+        (Some(ca), auth) => {
+            let mut roots = RootCertStore::empty();
+            for cert in certificates("tls-ca-cert-file", ca)? {
+                roots.add(cert).map_err(|e| TlsError::BadCa {
+                    path: ca.clone(),
+                    reason: e.to_string(),
+                })?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = match auth {
+                AuthClients::Optional => verifier.allow_unauthenticated(),
+                _ => verifier,
+            };
+            let verifier = verifier.build().map_err(|e| TlsError::BadCa {
+                path: ca.clone(),
+                reason: e.to_string(),
+            })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let config = builder
+        .with_single_cert(chain, key)
+        .map_err(|e: rustls::Error| TlsError::Pair {
+            cert: settings.cert_file.clone(),
+            key: settings.key_file.clone(),
+            reason: e.to_string(),
+        })?;
+    Ok(Arc::new(config))
+}
+
+/// The acceptor new connections use; [`Acceptor::reload`] replaces it for connections made
+/// after, and open ones keep theirs.
+pub struct Acceptor {
+    current: ArcSwap<TlsAcceptor>,
+}
+
+impl Acceptor {
+    pub fn new(settings: &TlsSettings) -> Result<Acceptor, TlsError> {
+        Ok(Acceptor {
+            current: ArcSwap::from_pointee(TlsAcceptor::from(server_config(settings)?)),
+        })
+    }
+
+    /// Reads the files again; on any error the acceptor in use stays.
+    pub fn reload(&self, settings: &TlsSettings) -> Result<(), TlsError> {
+        let next = TlsAcceptor::from(server_config(settings)?);
+        self.current.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// The TLS handshake on `stream`, with the configuration in force now.
+    pub async fn accept<S>(&self, stream: S) -> std::io::Result<TlsStream<S>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let acceptor = self.current.load_full();
+        acceptor.accept(stream).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Files {
+        dir: PathBuf,
+    }
+
+    impl Drop for Files {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn files(tag: &str) -> (Files, TlsSettings) {
+        let dir = std::env::temp_dir().join(format!("flockd-tls-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
+        std::fs::write(dir.join("server.crt"), cert.pem()).unwrap();
+        std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
+        let settings = TlsSettings {
+            cert_file: dir.join("server.crt"),
+            key_file: dir.join("server.key"),
+            ca_cert_file: Some(dir.join("ca.crt")),
+            auth_clients: AuthClients::Yes,
+            protocols: vec![Protocol::Tls12, Protocol::Tls13],
+        };
+        (Files { dir }, settings)
+    }
+
+    #[test]
+    fn good_files_make_a_configuration_in_every_mode() {
+        let (_files, settings) = files("good");
+        for auth in [AuthClients::Yes, AuthClients::No, AuthClients::Optional] {
+            let s = TlsSettings {
+                auth_clients: auth,
+                ..settings.clone()
+            };
+            assert!(server_config(&s).is_ok(), "{auth:?}");
+        }
+        let only13 = TlsSettings {
+            protocols: vec![Protocol::Tls13],
+            ..settings.clone()
+        };
+        assert!(server_config(&only13).is_ok());
+    }
+
+    #[test]
+    fn bad_files_are_named() {
+        let (files, settings) = files("bad");
+        let missing = TlsSettings {
+            cert_file: files.dir.join("nope.crt"),
+            ..settings.clone()
+        };
+        let e = server_config(&missing).unwrap_err().to_string();
+        assert!(
+            e.starts_with("cannot read tls-cert-file ") && e.contains("nope.crt"),
+            "{e}"
+        );
+        std::fs::write(files.dir.join("empty.pem"), "not a pem\n").unwrap();
+        let no_key = TlsSettings {
+            key_file: files.dir.join("empty.pem"),
+            ..settings.clone()
+        };
+        let e = server_config(&no_key).unwrap_err().to_string();
+        assert!(
+            e.contains("tls-key-file")
+                && e.contains("empty.pem")
+                && e.contains("no PEM private key"),
+            "{e}"
+        );
+        // The CA's certificate as the server's key pair: not a pair.
+        let mismatch = TlsSettings {
+            cert_file: files.dir.join("ca.crt"),
+            ..settings.clone()
+        };
+        let e = server_config(&mismatch).unwrap_err().to_string();
+        assert!(e.contains("do not make a usable pair"), "{e}");
+        let no_ca = TlsSettings {
+            ca_cert_file: None,
+            ..settings.clone()
+        };
+        assert_eq!(
+            server_config(&no_ca).unwrap_err().to_string(),
+            "tls-auth-clients yes needs tls-ca-cert-file (the CA that signs client certificates)"
+        );
+    }
+
+    #[test]
+    fn protocol_lists_parse_like_redis() {
+        assert_eq!(
+            Protocol::parse_list("TLSv1.2 TLSv1.3"),
+            Ok(vec![Protocol::Tls12, Protocol::Tls13])
+        );
+        assert_eq!(Protocol::parse_list("tlsv1.3"), Ok(vec![Protocol::Tls13]));
+        assert!(
+            Protocol::parse_list("TLSv1.1")
+                .unwrap_err()
+                .contains("too old")
+        );
+        assert!(Protocol::parse_list("SSLv3").is_err());
+        assert!(Protocol::parse_list("").is_err());
+    }
+}

@@ -1,0 +1,433 @@
+//! The TLS port against the real binary with real clients: redis-cli --tls, redis-py (Python's
+//! ssl) and openssl s_client. Certificates are made fresh per test with rcgen: a CA, the
+//! server's (for 127.0.0.1 and localhost), a client's signed by the CA, and a second CA nobody
+//! trusts. Each failure (no client certificate, a wrong CA, TLS 1.1, plain text on the TLS
+//! port) must be clear to the client and leave the server serving.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{Server, TempDir, skipping, wait_until};
+
+struct Pki {
+    dir: TempDir,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let dir = TempDir::new("tls");
+        let ca = issue_ca(dir.path(), "ca");
+        let other = issue_ca(dir.path(), "other-ca");
+        issue(dir.path(), &other, "stranger", "flockd test stranger");
+        issue(dir.path(), &ca, "server", "flockd test server");
+        issue(dir.path(), &ca, "client", "flockd test client");
+        Pki { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn p(&self, name: &str) -> String {
+        self.path(name).display().to_string()
+    }
+
+    /// The server flags for TLS on a free port with these files.
+    fn server_flags(&self, extra: &[&str]) -> Vec<String> {
+        let mut flags = vec![
+            "--tls-port".to_string(),
+            "0".to_string(),
+            "--tls-cert-file".to_string(),
+            self.p("server.crt"),
+            "--tls-key-file".to_string(),
+            self.p("server.key"),
+            "--tls-ca-cert-file".to_string(),
+            self.p("ca.crt"),
+        ];
+        flags.extend(extra.iter().map(|s| s.to_string()));
+        flags
+    }
+}
+
+type Ca = (rcgen::CertificateParams, rcgen::KeyPair);
+
+fn issue_ca(dir: &Path, name: &str) -> Ca {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("flockd test {name}"));
+    let cert = params.self_signed(&key).unwrap();
+    std::fs::write(dir.join(format!("{name}.crt")), cert.pem()).unwrap();
+    (params, key)
+}
+
+fn issue(dir: &Path, ca: &Ca, name: &str, common_name: &str) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params =
+        rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, common_name);
+    let issuer = rcgen::Issuer::new(ca.0.clone(), &ca.1);
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    std::fs::write(dir.join(format!("{name}.crt")), cert.pem()).unwrap();
+    std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+}
+
+fn tls_addr(server: &Server) -> String {
+    let log = server.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("ready to accept TLS connections on "))
+        .unwrap_or_else(|| panic!("no TLS ready line:\n{log}"));
+    let at = line.find("connections on ").unwrap() + "connections on ".len();
+    line[at..]
+        .split(|c: char| c.is_whitespace() || c == '"')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+fn have(program: &str, arg: &str) -> bool {
+    Command::new(program)
+        .arg(arg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Runs redis-cli over TLS with `tls` options, the command in `args`; (exit ok, stdout+stderr).
+fn cli(addr: &str, tls: &[&str], args: &[&str]) -> (bool, String) {
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let out = Command::new("timeout")
+        .args(["20", "redis-cli", "--tls", "-h", host, "-p", port])
+        .args(tls)
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text.trim().to_string())
+}
+
+fn start(pki: &Pki, extra: &[&str]) -> Server {
+    let flags = pki.server_flags(extra);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    Server::start_in(&pki.path("data"), &flags)
+}
+
+#[test]
+fn mutual_tls_with_redis_cli_and_refusals_that_say_why() {
+    if !have("redis-cli", "--version") {
+        return skipping("redis-cli is not installed");
+    }
+    let pki = Pki::new();
+    let server = start(&pki, &[]);
+    let addr = tls_addr(&server);
+    let ca = pki.p("ca.crt");
+    let (cert, key) = (pki.p("client.crt"), pki.p("client.key"));
+    let good = ["--cacert", &ca, "--cert", &cert, "--key", &key];
+
+    assert_eq!(
+        cli(&addr, &good, &["FLOCK.ACQUIRE", "tls:lock", "60000"]),
+        (true, "1".to_string())
+    );
+    assert_eq!(
+        cli(&addr, &good, &["FLOCK.TOKEN", "tls:lock"]),
+        (true, "1".to_string())
+    );
+
+    // No client certificate: the default with a CA is mutual TLS.
+    let (_, out) = cli(&addr, &["--cacert", &ca], &["PING"]);
+    assert!(
+        !out.contains("PONG") && !out.is_empty(),
+        "a client without a certificate got: {out}"
+    );
+    // A client that trusts another CA refuses the server.
+    let other = pki.p("other-ca.crt");
+    let (_, out) = cli(
+        &addr,
+        &["--cacert", &other, "--cert", &cert, "--key", &key],
+        &["PING"],
+    );
+    assert!(
+        out.contains("certificate verify failed") || out.contains("SSL"),
+        "a client trusting another CA got: {out}"
+    );
+    // A client certificate signed by a CA the server does not trust.
+    let (stranger, stranger_key) = (pki.p("stranger.crt"), pki.p("stranger.key"));
+    let (_, out) = cli(
+        &addr,
+        &["--cacert", &ca, "--cert", &stranger, "--key", &stranger_key],
+        &["PING"],
+    );
+    assert!(!out.contains("PONG"), "a stranger's certificate got: {out}");
+    wait_until(Duration::from_secs(5), "the refusals are logged", || {
+        let log = server.log();
+        log.contains("TLS handshake failed: peer sent no certificates")
+            && log.contains("TLS handshake failed: invalid peer certificate")
+            && log.contains("TLS handshake failed: received fatal alert")
+    });
+
+    // Plain text to the TLS port: a RESP error that says what is wrong, then the close.
+    let mut plain = common::Raw::connect(addr.parse().unwrap());
+    plain.send(b"PING\r\n");
+    assert_eq!(
+        plain.read_to_close(),
+        "-ERR this port speaks TLS: connect with TLS (redis-cli --tls)\r\n"
+    );
+    // The plain port still serves, and so does TLS.
+    server.assert_alive();
+    assert_eq!(cli(&addr, &good, &["PING"]), (true, "PONG".to_string()));
+}
+
+#[test]
+fn old_protocols_are_refused_and_tls_protocols_limits_the_rest() {
+    if !have("openssl", "version") {
+        return skipping("openssl is not installed");
+    }
+    let pki = Pki::new();
+    let server = start(
+        &pki,
+        &["--tls-auth-clients", "no", "--tls-protocols", "TLSv1.3"],
+    );
+    let addr = tls_addr(&server);
+    let s_client = |version: &str| {
+        let out = Command::new("timeout")
+            .args(["20", "openssl", "s_client", "-connect", &addr, version])
+            // OpenSSL 3 would not even try TLS 1.1 at its default security level: let it, so
+            // the refusal is the server's.
+            .args(["-cipher", "DEFAULT@SECLEVEL=0"])
+            .args(["-CAfile", &pki.p("ca.crt"), "-verify_return_error"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run openssl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, out) = s_client("-tls1_3");
+    assert!(ok && out.contains("New, TLSv1.3, Cipher is"), "{out}");
+    let (ok, out) = s_client("-tls1_2");
+    assert!(!ok, "TLS 1.2 with tls-protocols TLSv1.3: {out}");
+    let (ok, out) = s_client("-tls1_1");
+    // The server's alert, not the client giving up on its own.
+    assert!(
+        !ok && (out.contains("alert handshake failure") || out.contains("alert protocol version")),
+        "TLS 1.1: {out}"
+    );
+    assert!(
+        server.log().contains("TLS handshake failed"),
+        "{}",
+        server.log()
+    );
+    server.assert_alive();
+}
+
+#[test]
+fn redis_py_over_tls_and_a_reload_for_new_connections() {
+    if Command::new("python3")
+        .args(["-c", "import redis"])
+        .status()
+        .map_or(true, |s| !s.success())
+    {
+        return skipping("redis-py is not installed (pip install redis)");
+    }
+    let pki = Pki::new();
+    let mut server = start(&pki, &["--tls-auth-clients", "optional"]);
+    let addr = tls_addr(&server);
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    // One client with a certificate, one without (optional), and the server certificate's CN
+    // each sees.
+    let script = r#"
+import redis, ssl, sys
+host, port, ca, cert, key, name = sys.argv[1:7]
+def conn(with_cert):
+    kw = dict(host=host, port=int(port), ssl=True, ssl_ca_certs=ca, ssl_cert_reqs="required",
+              socket_timeout=10)
+    if with_cert:
+        kw.update(ssl_certfile=cert, ssl_keyfile=key)
+    return redis.Redis(**kw)
+a, b = conn(True), conn(False)
+print(a.execute_command("FLOCK.ACQUIRE", name, 60000))
+print(b.execute_command("FLOCK.TOKEN", name))
+sock = a.connection_pool.get_connection("PING")
+peer = sock._sock.getpeercert()
+print(dict(x[0] for x in peer["subject"])["commonName"])
+"#;
+    let run = |script: &str, name: &str| {
+        let out = Command::new("timeout")
+            .args(["30", "python3", "-c", script, host, port])
+            .args([pki.p("ca.crt"), pki.p("client.crt"), pki.p("client.key")])
+            .arg(name)
+            .output()
+            .expect("run python3");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(run(script, "py:1"), "1\n1\nflockd test server\n");
+
+    // New certificate files, then SIGHUP: new connections get the new certificate, and a
+    // connection opened before keeps working (the same socket, checked in one script).
+    std::fs::copy(pki.path("client.crt"), pki.path("server.crt")).unwrap();
+    std::fs::copy(pki.path("client.key"), pki.path("server.key")).unwrap();
+    let reload = r#"
+import os, redis, signal, sys, time
+host, port, ca, cert, key, name, pid = sys.argv[1:8]
+kw = dict(host=host, port=int(port), ssl=True, ssl_ca_certs=ca, ssl_cert_reqs="required",
+          ssl_certfile=cert, ssl_keyfile=key, socket_timeout=10)
+old = redis.Redis(**kw)
+c = old.connection_pool.get_connection("PING")
+c.send_command("FLOCK.TOKEN", "py:1")
+print(c.read_response())
+before = c._sock.getpeercert()
+os.kill(int(pid), signal.SIGHUP)
+time.sleep(1)
+c.send_command("FLOCK.TOKEN", "py:1")
+print(c.read_response(), dict(x[0] for x in before["subject"])["commonName"])
+new = redis.Redis(**kw).connection_pool.get_connection("PING")
+new.send_command("PING")
+new.read_response()
+print(dict(x[0] for x in new._sock.getpeercert()["subject"])["commonName"])
+"#;
+    let pid = server.pid().to_string();
+    let out = Command::new("timeout")
+        .args(["30", "python3", "-c", reload, host, port])
+        .args([pki.p("ca.crt"), pki.p("client.crt"), pki.p("client.key")])
+        .args(["py:1", &pid])
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1\n1 flockd test server\nflockd test client\n",
+        "{}",
+        server.log()
+    );
+    assert!(
+        server
+            .log()
+            .contains("SIGHUP: TLS certificates reloaded for new connections")
+    );
+    assert_eq!(run(script, "py:2"), "1\n1\nflockd test client\n");
+
+    // A bad file by CONFIG SET: refused with the file named, the certificate in use stays.
+    let mut raw = server.raw();
+    let reply = raw.call(&["CONFIG", "SET", "tls-cert-file", &pki.p("nope.crt")]);
+    assert!(
+        reply.starts_with("-ERR CONFIG SET failed (possibly related to argument 'tls-cert-file') - cannot read tls-cert-file ")
+            && reply.contains("nope.crt"),
+        "{reply:?}"
+    );
+    assert_eq!(run(script, "py:3"), "1\n1\nflockd test client\n");
+    server.kill9();
+}
+
+#[test]
+fn bad_files_stop_the_start_and_name_the_file() {
+    let pki = Pki::new();
+    let missing = pki.p("missing.key");
+    let flags = [
+        "--tls-port",
+        "0",
+        "--tls-cert-file",
+        &pki.p("server.crt"),
+        "--tls-key-file",
+        &missing,
+    ];
+    let out = common::run_flockd(
+        &[&["--port", "0", "--dir", &pki.p("data")][..], &flags[..]].concat(),
+        &[],
+        Duration::from_secs(20),
+    );
+    assert!(out.status.is_some_and(|s| !s.success()), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("tls-key-file") && out.stderr.contains("missing.key"),
+        "{}",
+        out.stderr
+    );
+    // tls-auth-clients yes without a CA: refused before anything is read.
+    let out = common::run_flockd(
+        &[
+            "--port",
+            "0",
+            "--dir",
+            &pki.p("data"),
+            "--tls-port",
+            "0",
+            "--tls-cert-file",
+            &pki.p("server.crt"),
+            "--tls-key-file",
+            &pki.p("server.key"),
+            "--tls-auth-clients",
+            "yes",
+        ],
+        &[],
+        Duration::from_secs(20),
+    );
+    assert!(out.status.is_some_and(|s| !s.success()), "{}", out.stderr);
+    assert!(out.stderr.contains("tls-auth-clients"), "{}", out.stderr);
+}
+
+#[test]
+fn tls_only_closes_the_plain_port() {
+    if !have("redis-cli", "--version") {
+        return skipping("redis-cli is not installed");
+    }
+    use std::io::{BufRead, BufReader};
+    let pki = Pki::new();
+    let mut flags = pki.server_flags(&["--tls-only", "yes", "--tls-auth-clients", "no"]);
+    flags.extend(["--bind", "127.0.0.1", "--dir"].map(String::from));
+    flags.push(pki.p("data"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flockd"))
+        .args(&flags)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn flockd");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let addr = loop {
+        let Some(Ok(line)) = lines.next() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("flockd stopped before its TLS ready line: {seen:?}");
+        };
+        if let Some(at) = line.find("ready to accept TLS connections on ") {
+            break line[at + "ready to accept TLS connections on ".len()..]
+                .trim()
+                .to_string();
+        }
+        assert!(seen.len() < 100, "{seen:?}");
+        seen.push(line);
+    };
+    let (ok, out) = cli(&addr, &["--cacert", &pki.p("ca.crt")], &["PING"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    // Everything it logged, before the TLS line and after it until the kill.
+    seen.extend(lines.map_while(Result::ok));
+    assert_eq!((ok, out.as_str()), (true, "PONG"));
+    assert!(
+        !seen
+            .iter()
+            .any(|l| l.contains("ready to accept connections on")),
+        "{seen:?}"
+    );
+}
