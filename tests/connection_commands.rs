@@ -386,6 +386,7 @@ fn command_introspection() {
         "slowlog",
         "latency",
         "dbsize",
+        "acl",
     ];
     for name in expected_names {
         assert!(

@@ -44,7 +44,13 @@ impl CommandDef for Auth {
 
 impl LocalCommand for Auth {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        if ctx.shared.config.load().requirepass.is_none() && self.username.is_none() {
+        if self.username.is_none()
+            && ctx
+                .shared
+                .acl
+                .user("default")
+                .is_some_and(|u| u.nopass && u.enabled)
+        {
             return Err(CommandError::NoPasswordConfigured);
         }
         check_credentials(ctx, self.username.as_deref(), &self.password)?;
@@ -58,24 +64,28 @@ pub fn check_credentials(
     username: Option<&[u8]>,
     password: &[u8],
 ) -> Result<(), CommandError> {
-    let user_ok = username.is_none_or(|u| u == b"default");
-    let password_ok = match &ctx.shared.config.load().requirepass {
-        None => true,
-        Some(expected) => constant_time_eq(expected.as_bytes(), password),
-    };
-    if user_ok && password_ok {
-        ctx.conn.authenticated = true;
-        Ok(())
-    } else {
-        Err(CommandError::WrongPass)
+    let name = String::from_utf8_lossy(username.unwrap_or(b"default")).into_owned();
+    let user = ctx.shared.acl.read().authenticate(&name, password);
+    match user {
+        Some(user) => {
+            ctx.conn.handle.names.lock().user = Some(bytes::Bytes::from(user.name.clone()));
+            ctx.conn.user = user;
+            ctx.conn.acl_generation = ctx.shared.acl.generation();
+            ctx.conn.authenticated = true;
+            Ok(())
+        }
+        None => {
+            // Logged (never the password) and in ACL LOG, so guessing is visible.
+            tracing::warn!(
+                client = ctx.conn.handle.id,
+                addr = %ctx.conn.handle.addr,
+                user = %name,
+                "AUTH failed"
+            );
+            ctx.shared
+                .acl
+                .record(ctx.conn, &name, flockd_acl::Denial::Auth, "AUTH");
+            Err(CommandError::WrongPass)
+        }
     }
-}
-
-/// Compares without an early exit, so response timing does not reveal a matching prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for (i, x) in a.iter().enumerate() {
-        diff |= (*x ^ b.get(i).copied().unwrap_or(0)) as usize;
-    }
-    diff == 0
 }

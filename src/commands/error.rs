@@ -32,6 +32,23 @@ pub enum CommandError {
     Misconf(String),
     #[error("NOAUTH Authentication required.")]
     NoAuth,
+    #[error("NOPERM User {user} has no permissions to run the '{command}' command")]
+    NoPermCommand { user: String, command: String },
+    #[error("NOPERM No permissions to access a key")]
+    NoPermKey,
+    /// The connection's user was deleted (ACL DELUSER, ACL LOAD): the connection is closed.
+    #[error("ERR the user of this connection was deleted")]
+    UserDeleted,
+    #[error("ERR {0}")]
+    Acl(#[from] flockd_acl::AclError),
+    #[error(
+        "ERR This flockd is not configured to use an ACL file. You may want to specify users via the ACL SETUSER command and then issue a CONFIG REWRITE (assuming you have a config file set) in order to store users in the config file."
+    )]
+    NoAclFile,
+    #[error("ERR Unknown category '{0}'")]
+    UnknownCategory(String),
+    #[error("ERR {0}")]
+    AclFileIo(String),
     /// The state machine answered an op with a result of another op: a bug, reported rather
     /// than panicking.
     #[error("ERR internal error: unexpected result {0}")]

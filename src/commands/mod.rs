@@ -19,6 +19,7 @@ pub use args::{ArgLimits, Args};
 pub use error::CommandError;
 pub use meta::{CommandFlags, Meta, SubMeta};
 
+mod acl;
 mod auth;
 mod bgrewriteaof;
 mod client;
@@ -188,6 +189,7 @@ command_table! {
     local Echo => echo::Echo,
     local Hello => hello::Hello,
     local Auth => auth::Auth,
+    local Acl => acl::AclCmd,
     local Client => client::Client,
     local Select => select::Select,
     local Quit => quit::Quit,

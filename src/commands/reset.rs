@@ -35,7 +35,13 @@ impl LocalCommand for Reset {
             .handle
             .resp
             .store(2, std::sync::atomic::Ordering::Relaxed);
-        ctx.conn.authenticated = ctx.shared.config.load().requirepass.is_none();
+        // Back to `default`, logged in only if that user needs no password (Redis's RESET).
+        if let Some(user) = ctx.shared.acl.user("default") {
+            ctx.conn.authenticated = user.enabled && user.nopass;
+            ctx.conn.user = user;
+        }
+        ctx.conn.acl_generation = ctx.shared.acl.generation();
+        ctx.conn.handle.names.lock().user = None;
         ctx.conn.handle.names.lock().name = None;
         ctx.conn.transaction = None;
         reply(Reply::Simple("RESET".into()))

@@ -21,6 +21,7 @@ const IMMUTABLE: &[&str] = &[
     "hot-locks-capacity",
     "tls-port",
     "tls-only",
+    "aclfile",
     "appendonly",
     "save",
     "databases",
@@ -91,6 +92,7 @@ impl Config {
         next.hot_locks_capacity = self.hot_locks_capacity;
         next.tls_port = self.tls_port;
         next.tls_only = self.tls_only;
+        next.aclfile = self.aclfile.clone();
         Ok(next)
     }
 

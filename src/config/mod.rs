@@ -63,6 +63,8 @@ pub struct Config {
     /// Resolved: `yes` when a CA is given and nothing was said, `no` without a CA.
     pub tls_auth_clients: AuthClients,
     pub tls_protocols: Vec<Protocol>,
+    /// The users file (Redis's format) read at start and by ACL LOAD, written by ACL SAVE.
+    pub aclfile: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -103,6 +105,7 @@ impl Default for Config {
             tls_ca_cert_file: None,
             tls_auth_clients: AuthClients::No,
             tls_protocols: vec![Protocol::Tls12, Protocol::Tls13],
+            aclfile: None,
         }
     }
 }
@@ -163,6 +166,7 @@ impl Config {
             ),
             ("metrics-bind", self.metrics_bind.to_string()),
             ("hot-locks-capacity", self.hot_locks_capacity.to_string()),
+            ("aclfile", path_text(&self.aclfile)),
             (
                 "tls-port",
                 self.tls_port.map(|p| p.to_string()).unwrap_or_default(),
@@ -399,6 +403,10 @@ pub struct Settings {
     /// Protocol versions offered: "TLSv1.2 TLSv1.3" (default), or one of them.
     #[arg(long, env = "FLOCKD_TLS_PROTOCOLS", value_name = "VERSIONS")]
     pub tls_protocols: Option<String>,
+    /// Users file in Redis's ACL format (`user alice on >secret ~orders:* +@flock`), read at
+    /// start and by ACL LOAD, written by ACL SAVE.
+    #[arg(long, env = "FLOCKD_ACLFILE", value_name = "FILE")]
+    pub aclfile: Option<PathBuf>,
 }
 
 impl Settings {
@@ -450,6 +458,7 @@ impl Settings {
             tls_ca_cert_file: self.tls_ca_cert_file.or(lower.tls_ca_cert_file),
             tls_auth_clients: self.tls_auth_clients.or(lower.tls_auth_clients),
             tls_protocols: self.tls_protocols.or(lower.tls_protocols),
+            aclfile: self.aclfile.or(lower.aclfile),
         }
     }
 
@@ -524,6 +533,7 @@ impl Settings {
             other => other,
         };
         Ok(Config {
+            aclfile: some_path(self.aclfile),
             tls_port: tls.port,
             tls_only: tls.only,
             tls_cert_file: tls.cert_file,

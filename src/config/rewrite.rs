@@ -98,7 +98,8 @@ pub fn rewritten(old: &str, config: &Config) -> Result<String, String> {
     Ok(doc.to_string())
 }
 
-fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+/// Replaces `path` atomically: written beside it, synced, renamed over it, the directory synced.
+pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),

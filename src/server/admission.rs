@@ -14,9 +14,11 @@ pub enum Admitted {
     Command { index: usize, command: Command },
     /// Refused with this reply (the connection stays open).
     Refused(Reply),
+    /// Refused with this reply, and the connection is closed (its user was deleted).
+    Close(Reply),
 }
 
-pub fn admit(shared: &Shared, conn: &ConnState, request: Request) -> Admitted {
+pub fn admit(shared: &Shared, conn: &mut ConnState, request: Request) -> Admitted {
     stats::bump(&shared.stats.commands_processed, 1);
     let Some(index) = commands::lookup(&request.args[0]) else {
         stats::bump(&shared.stats.unknown_commands, 1);
@@ -33,6 +35,15 @@ pub fn admit(shared: &Shared, conn: &ConnState, request: Request) -> Admitted {
     if !conn.authenticated && !meta.flags.no_auth {
         stats::rejected(stat, &CommandError::NoAuth);
         return refuse(CommandError::NoAuth);
+    }
+    if conn.authenticated
+        && let Err(e) = super::acl::check(&shared.acl, conn, index, &request.args)
+    {
+        stats::rejected(stat, &e);
+        if e == CommandError::UserDeleted {
+            return Admitted::Close(Reply::error(e.to_string()));
+        }
+        return refuse(e);
     }
     let command = match commands::parse(index, request.args, shared.arg_limits()) {
         Ok(command) => command,

@@ -16,6 +16,8 @@ pub struct ClientNames {
     pub name: Option<Bytes>,
     pub lib_name: Option<Bytes>,
     pub lib_ver: Option<Bytes>,
+    /// The user it authenticated as (`default` when `None`).
+    pub user: Option<Bytes>,
 }
 
 pub struct ClientHandle {
@@ -67,7 +69,7 @@ impl ClientHandle {
             "N"
         };
         format!(
-            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 watch=0 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 watch=0 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -76,6 +78,11 @@ impl ClientHandle {
             idle / 1000,
             flags,
             cmd,
+            names
+                .user
+                .as_ref()
+                .map_or("default".into(), |u| String::from_utf8_lossy(u)
+                    .into_owned()),
             self.resp.load(Ordering::Relaxed),
             text(&names.lib_name),
             text(&names.lib_ver),

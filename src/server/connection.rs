@@ -77,7 +77,13 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let id = handle.id;
-    let authenticated = shared.config.load().requirepass.is_none();
+    // As in Redis: a connection starts as `default`, logged in if that user needs no password.
+    let user = shared
+        .acl
+        .user("default")
+        .expect("the default user always exists");
+    let authenticated = user.enabled && user.nopass;
+    let acl_generation = shared.acl.generation();
     let mut connection = Connection {
         shared: shared.clone(),
         stream,
@@ -91,6 +97,8 @@ where
             handle,
             protocol: ProtocolVersion::Resp2,
             authenticated,
+            user,
+            acl_generation,
             transaction: None,
         },
     };
@@ -168,8 +176,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     async fn handle(&mut self, request: Request) -> std::io::Result<Next> {
         // For the slow log: parsing consumes the arguments.
         let args = stats::SlowArgs::capture(&self.shared, &request.args);
-        let (index, command) = match admission::admit(&self.shared, &self.conn, request) {
+        let (index, command) = match admission::admit(&self.shared, &mut self.conn, request) {
             Admitted::Command { index, command } => (index, command),
+            Admitted::Close(reply) => {
+                self.push_ready(reply);
+                return Ok(Next::Close);
+            }
             Admitted::Refused(reply) => {
                 // A command that cannot be queued dooms the transaction (EXECABORT).
                 if let Some(transaction) = &mut self.conn.transaction {

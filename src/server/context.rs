@@ -17,6 +17,9 @@ pub struct ConnState {
     pub handle: Arc<ClientHandle>,
     pub protocol: ProtocolVersion,
     pub authenticated: bool,
+    /// Who the connection is (`default` until AUTH), as of ACL generation `acl_generation`.
+    pub user: std::sync::Arc<flockd_acl::User>,
+    pub acl_generation: u64,
     /// Between MULTI and EXEC: the queued commands.
     pub transaction: Option<Transaction>,
 }

@@ -7,6 +7,7 @@
 //! commands become ops), `propose` (the log: the AOF here), `host` (the state machine applies
 //! what the log committed, and routes its events to `waiters`).
 
+pub mod acl;
 mod admission;
 pub mod clients;
 pub mod clock;
@@ -52,6 +53,8 @@ pub const PREAUTH_QUERY_BUFFER: usize = 1024 * 1024;
 
 /// Everything connections share.
 pub struct Shared {
+    /// Users and permissions.
+    pub acl: acl::AclState,
     /// The running configuration (CONFIG SET changes it).
     pub config: reconfigure::LiveConfig,
     /// The state machine: read by connections, applied to by the log.
@@ -87,6 +90,8 @@ pub enum ServerError {
         what: &'static str,
         source: propose::ProposeError,
     },
+    #[error("ACL: {0}")]
+    Acl(#[from] flockd_acl::AclError),
     #[error("TLS: {0}")]
     Tls(#[from] flockd_tls::TlsError),
     #[error("cannot listen on {addr}: {source}")]
@@ -201,7 +206,9 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         (None, Some(addr)) => addr,
         (None, None) => unreachable!("tls-only is refused without tls-port"),
     };
+    let users = acl::load_users(&config)?;
     let shared = Arc::new(Shared {
+        acl: acl::AclState::new(users),
         config: reconfigure::LiveConfig::new(config),
         host,
         log,

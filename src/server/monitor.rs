@@ -62,10 +62,17 @@ fn line(addr: SocketAddr, args: &[Bytes]) -> String {
     out
 }
 
-/// AUTH's arguments, and the two after HELLO's AUTH.
+/// AUTH's arguments, the two after HELLO's AUTH, and ACL SETUSER's rules (they carry
+/// passwords).
 fn redacted(name: &[u8], args: &[Bytes], i: usize) -> bool {
     match name {
         b"auth" => i > 0,
+        b"acl" => {
+            i >= 3
+                && args
+                    .get(1)
+                    .is_some_and(|a| a.eq_ignore_ascii_case(b"setuser"))
+        }
         b"hello" => args
             .iter()
             .position(|a| a.eq_ignore_ascii_case(b"auth"))

@@ -105,6 +105,12 @@ pub fn change(shared: &Shared, changes: &[(String, String)]) -> Result<(), Recon
         // Checked above; a reload can only fail if the subscriber is gone.
         tracing::warn!("log-level not applied: {e}");
     }
+    if next.requirepass != old.requirepass {
+        // requirepass is the default user's password, as in Redis.
+        shared
+            .acl
+            .change(|acl| acl.set_default_password(next.requirepass.as_deref()));
+    }
     tracing::info!(
         changes = %changes.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join(" "),
         "CONFIG SET"

@@ -362,6 +362,10 @@ fn redacted(args: &[Bytes], i: usize) -> bool {
     if is(0, b"auth") {
         return i > 0;
     }
+    // ACL SETUSER's rules carry passwords (`>secret`).
+    if is(0, b"acl") && is(1, b"setuser") {
+        return i >= 3;
+    }
     if is(0, b"hello") {
         // HELLO protover [AUTH user pass] [SETNAME name], options in any order.
         let mut j = 2;
