@@ -9,34 +9,18 @@ FLOCKD_BIN="${FLOCKD_BIN:-target/debug/flockd}"
 [[ -x "$FLOCKD_BIN" ]] || { echo "compat: $FLOCKD_BIN not found; run cargo build first" >&2; exit 2; }
 command -v redis-cli >/dev/null || { echo "compat: redis-cli not found" >&2; exit 2; }
 
+. tests/lib.sh
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/flockd-compat.XXXXXX")"
 PID=""
 cleanup() {
-    if [[ -n "$PID" ]] && kill -0 "$PID" 2>/dev/null; then
-        kill -TERM "$PID" 2>/dev/null || true
-        for _ in $(seq 1 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$PID" 2>/dev/null || true
-        wait "$PID" 2>/dev/null || true
-    fi
+    stop_pid "$PID"
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-"$FLOCKD_BIN" --bind 127.0.0.1 --port 0 --dir "$WORK/data" --log-level info >"$WORK/flockd.log" 2>&1 &
-PID=$!
-PORT=""
-for _ in $(seq 1 300); do
-    PORT="$(sed -n 's/.*ready to accept connections on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$WORK/flockd.log" | head -n1)"
-    [[ -n "$PORT" ]] && break
-    kill -0 "$PID" 2>/dev/null || { echo "compat: flockd exited:" >&2; cat "$WORK/flockd.log" >&2; exit 1; }
-    sleep 0.1
-done
-[[ -n "$PORT" ]] || { echo "compat: flockd never became ready" >&2; cat "$WORK/flockd.log" >&2; exit 1; }
-echo "compat: flockd pid $PID on 127.0.0.1:$PORT"
+start_flockd compat "$WORK" --log-level info
 
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "ok   $1"; }
+# Its checks compare one value: shown as expected and got.
 fail() { FAILED=$((FAILED + 1)); echo "FAIL $1"; printf '  expected: %q\n  got:      %q\n' "$2" "$3"; }
 
 cli() { timeout 20 redis-cli -h 127.0.0.1 -p "$PORT" "$@" 2>&1; }

@@ -24,6 +24,7 @@ for tool in dockerd docker debootstrap python3 redis-cli curl; do
     command -v "$tool" >/dev/null || skip "$tool not installed (apt-get install docker.io debootstrap redis-tools curl)"
 done
 HADOLINT="$(command -v hadolint || true)"
+. tests/lib.sh
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/flockd-container.XXXXXX")"
 DOCKERD_PID=""
@@ -36,10 +37,7 @@ cleanup() {
     if [[ -n "$DOCKERD_PID" ]]; then
         docker rm -f "$NAME" "$NAME-2" >/dev/null 2>&1 || true
         docker volume rm "$VOLUME" >/dev/null 2>&1 || true
-        kill -TERM "$DOCKERD_PID" 2>/dev/null || true
-        for _ in $(seq 1 100); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$DOCKERD_PID" 2>/dev/null || true
-        wait "$DOCKERD_PID" 2>/dev/null || true
+        stop_pid "$DOCKERD_PID"
     fi
     # dockerd leaves its network namespace mounted; vfs layers are full copies: do not leave
     # gigabytes behind.
@@ -50,17 +48,6 @@ cleanup() {
     exit "$rc"
 }
 trap cleanup EXIT
-
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "ok   $1"; }
-fail() {
-    FAILED=$((FAILED + 1))
-    echo "FAIL $1"
-    shift
-    local line
-    for line in "$@"; do printf '%s\n' "$line" | sed 's/^/     | /'; done
-}
 
 # --- hadolint ---
 if [[ -n "$HADOLINT" ]]; then
@@ -105,13 +92,12 @@ if docker build --network host --build-arg BUILD_IMAGE=flockd-test/build:bookwor
     pass "docker build ($((SECONDS - started)) s)"
 else
     fail "docker build" "$(tail -n 30 "$WORK/build.log")"
-    echo "$PASSED passed, $FAILED failed"
+    summary
     exit 1
 fi
 context="$(grep -o 'build context to Docker daemon *[0-9.]* *[kMG]*B' "$WORK/build.log" | tail -n1 || true)"
 say "build context: ${context#build context to Docker daemon}"
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 PORT="$(free_port)"
 METRICS="$(free_port)"
 run() {
@@ -163,5 +149,4 @@ docker stop -t 20 "$NAME-2" >/dev/null
 code="$(docker inspect --format '{{.State.ExitCode}}' "$NAME-2")"
 if [[ "$code" == 0 ]]; then pass "docker stop: clean exit on SIGTERM ($((SECONDS - stop_started)) s)"; else fail "docker stop: clean exit" "exit code $code" "$(docker logs "$NAME-2" 2>&1 | tail -n 5)"; fi
 
-echo "$PASSED passed, $FAILED failed"
-[[ "$FAILED" == 0 ]]
+summary

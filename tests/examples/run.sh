@@ -25,33 +25,19 @@ LOCK=orders:42
 RESOURCE=res:orders:42
 WAIT_MS=5000 # what every example asks for
 
+. tests/lib.sh
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/flockd-examples.XXXXXX")"
 PID=""
 BG_PIDS=()
 cleanup() {
     local p
     for p in "${BG_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    if [[ -n "$PID" ]] && kill -0 "$PID" 2>/dev/null; then
-        kill -TERM "$PID" 2>/dev/null || true
-        for _ in $(seq 1 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$PID" 2>/dev/null || true
-        wait "$PID" 2>/dev/null || true
-    fi
+    stop_pid "$PID"
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-PASSED=0
-FAILED=0
 SKIPPED=0
-pass() { PASSED=$((PASSED + 1)); echo "ok   $1"; }
-fail() {
-    FAILED=$((FAILED + 1))
-    echo "FAIL $1"
-    shift
-    local line
-    for line in "$@"; do printf '%s\n' "$line" | sed 's/^/     | /'; done
-}
 skip() {
     if [[ "${CI:-}" == true ]]; then
         fail "$1" "skipped in CI: $2"
@@ -74,18 +60,8 @@ PY
 )"; then pass "docs/fencing.md shows the examples as they are ($OUT)"; else fail "docs/fencing.md shows the examples as they are" "$OUT"; fi
 
 # --- flockd on a free loopback port ---
-"$FLOCKD_BIN" --bind 127.0.0.1 --port 0 --dir "$WORK/data" >"$WORK/flockd.log" 2>&1 &
-PID=$!
-PORT=""
-for _ in $(seq 1 300); do
-    PORT="$(sed -n 's/.*ready to accept connections on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$WORK/flockd.log" | head -n1)"
-    [[ -n "$PORT" ]] && break
-    kill -0 "$PID" 2>/dev/null || { echo "examples: flockd exited:" >&2; cat "$WORK/flockd.log" >&2; exit 1; }
-    sleep 0.1
-done
-[[ -n "$PORT" ]] || { echo "examples: flockd never became ready" >&2; cat "$WORK/flockd.log" >&2; exit 1; }
+start_flockd examples "$WORK"
 ADDR="127.0.0.1:$PORT"
-echo "examples: flockd pid $PID on $ADDR"
 
 cli() { timeout 20 redis-cli -h 127.0.0.1 -p "$PORT" "$@" 2>&1; }
 now_ms() { date +%s%3N; }
@@ -220,9 +196,4 @@ done
 
 if cli PING | grep -qx PONG; then pass "flockd still answers"; else fail "flockd still answers" "$(tail -n 20 "$WORK/flockd.log")"; fi
 
-if ((SKIPPED)); then
-    echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
-else
-    echo "$PASSED passed, $FAILED failed"
-fi
-[[ "$FAILED" == 0 ]]
+summary

@@ -18,51 +18,21 @@ for tool in "$EXPORTER" curl python3 redis-cli; do
     command -v "$tool" >/dev/null || { echo "exporter: $tool not found" >&2; exit 2; }
 done
 
+. tests/lib.sh
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/flockd-exporter.XXXXXX")"
 PID=""
 TAP_PID=""
 EXPORTER_PID=""
 cleanup() {
-    local p
-    for p in "$EXPORTER_PID" "$TAP_PID"; do
-        if [[ -n "$p" ]]; then kill -TERM "$p" 2>/dev/null || true; fi
-    done
-    for p in "$EXPORTER_PID" "$TAP_PID"; do
-        if [[ -n "$p" ]]; then wait "$p" 2>/dev/null || true; fi
-    done
-    if [[ -n "$PID" ]] && kill -0 "$PID" 2>/dev/null; then
-        kill -TERM "$PID" 2>/dev/null || true
-        for _ in $(seq 1 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$PID" 2>/dev/null || true
-        wait "$PID" 2>/dev/null || true
-    fi
+    stop_pid "$EXPORTER_PID"
+    stop_pid "$TAP_PID"
+    stop_pid "$PID"
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "ok   $1"; }
-fail() {
-    FAILED=$((FAILED + 1))
-    echo "FAIL $1"
-    shift
-    local line
-    for line in "$@"; do printf '%s\n' "$line" | sed 's/^/     | /'; done
-}
-
 # --- flockd on a free loopback port ---
-"$FLOCKD_BIN" --bind 127.0.0.1 --port 0 --dir "$WORK/data" >"$WORK/flockd.log" 2>&1 &
-PID=$!
-PORT=""
-for _ in $(seq 1 300); do
-    PORT="$(sed -n 's/.*ready to accept connections on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$WORK/flockd.log" | head -n1)"
-    [[ -n "$PORT" ]] && break
-    kill -0 "$PID" 2>/dev/null || { echo "exporter: flockd exited:" >&2; cat "$WORK/flockd.log" >&2; exit 1; }
-    sleep 0.1
-done
-[[ -n "$PORT" ]] || { echo "exporter: flockd never became ready" >&2; cat "$WORK/flockd.log" >&2; exit 1; }
-echo "exporter: flockd pid $PID on 127.0.0.1:$PORT"
+start_flockd exporter "$WORK"
 cli() { timeout 20 redis-cli -h 127.0.0.1 -p "$PORT" "$@" 2>&1; }
 
 # Some state, so that the lock and fence figures are not all zero.
@@ -78,7 +48,6 @@ for _ in $(seq 1 100); do [[ -s "$WORK/tap.port" ]] && break; sleep 0.05; done
 TAP_PORT="$(cat "$WORK/tap.port")"
 
 # --- the exporter, on a free loopback port (retried if another process takes it first) ---
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 WEB_PORT=""
 for _ in 1 2 3; do
     WEB_PORT="$(free_port)"
@@ -94,8 +63,7 @@ for _ in 1 2 3; do
         sleep 0.1
     done
     [[ -n "$up" ]] && break
-    kill -TERM "$EXPORTER_PID" 2>/dev/null || true
-    wait "$EXPORTER_PID" 2>/dev/null || true
+    stop_pid "$EXPORTER_PID"
     EXPORTER_PID=""
 done
 [[ -n "$EXPORTER_PID" ]] || { echo "exporter: $EXPORTER never listened:" >&2; cat "$WORK/exporter.log" >&2; exit 1; }
@@ -134,5 +102,4 @@ if [[ -n "$got" ]]; then pass "per-command stats include flock.acquire"; else fa
 
 if cli PING | grep -qx PONG; then pass "flockd still answers"; else fail "flockd still answers" "$(tail -n 20 "$WORK/flockd.log")"; fi
 
-echo "$PASSED passed, $FAILED failed"
-[[ "$FAILED" == 0 ]]
+summary

@@ -17,48 +17,21 @@ for tool in "$PROMETHEUS" curl python3 redis-cli; do
     command -v "$tool" >/dev/null || { echo "prometheus: $tool not found" >&2; exit 2; }
 done
 
+. tests/lib.sh
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/flockd-prometheus.XXXXXX")"
 PID=""
 PROM_PID=""
-stop() {
-    local p="$1"
-    [[ -n "$p" ]] && kill -0 "$p" 2>/dev/null || return 0
-    kill -TERM "$p" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-}
 cleanup() {
-    stop "$PROM_PID"
-    stop "$PID"
+    stop_pid "$PROM_PID"
+    stop_pid "$PID"
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "ok   $1"; }
-fail() {
-    FAILED=$((FAILED + 1))
-    echo "FAIL $1"
-    shift
-    local line
-    for line in "$@"; do printf '%s\n' "$line" | sed 's/^/     | /'; done
-}
-
 # --- flockd with its metrics port, both on free loopback ports ---
-"$FLOCKD_BIN" --bind 127.0.0.1 --port 0 --metrics-port 0 --dir "$WORK/data" >"$WORK/flockd.log" 2>&1 &
-PID=$!
-PORT=""
-for _ in $(seq 1 300); do
-    PORT="$(sed -n 's/.*ready to accept connections on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$WORK/flockd.log" | head -n1)"
-    [[ -n "$PORT" ]] && break
-    kill -0 "$PID" 2>/dev/null || { echo "prometheus: flockd exited:" >&2; cat "$WORK/flockd.log" >&2; exit 1; }
-    sleep 0.1
-done
-[[ -n "$PORT" ]] || { echo "prometheus: flockd never became ready" >&2; cat "$WORK/flockd.log" >&2; exit 1; }
+start_flockd prometheus "$WORK" --metrics-port 0
 METRICS="$(sed -n 's|.*metrics on http://\(127\.0\.0\.1:[0-9]*\)/metrics.*|\1|p' "$WORK/flockd.log" | head -n1)"
-echo "prometheus: flockd pid $PID on 127.0.0.1:$PORT, metrics on $METRICS"
+echo "prometheus: metrics on $METRICS"
 cli() { timeout 20 redis-cli -h 127.0.0.1 -p "$PORT" "$@" 2>&1; }
 
 token="$(cli FLOCK.ACQUIRE prom:lock 60000)"
@@ -67,7 +40,6 @@ cli FLOCK.RELEASE prom:lock 99 >/dev/null || true # NOTOWNER
 cli FENCE.SET prom:res "$token" v >/dev/null
 
 # --- Prometheus, scraping every second ---
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 cat >"$WORK/prometheus.yml" <<EOF
 global:
   scrape_interval: 1s
@@ -92,7 +64,7 @@ for _ in 1 2 3; do
         sleep 0.1
     done
     [[ -n "$up" ]] && break
-    stop "$PROM_PID"
+    stop_pid "$PROM_PID"
     PROM_PID=""
 done
 [[ -n "$PROM_PID" ]] || { echo "prometheus: never became ready:" >&2; cat "$WORK/prometheus.log" >&2; exit 1; }
@@ -162,5 +134,4 @@ if [[ "$rules" == "FlockdDown:ok FlockdFsyncSlow:ok FlockdLeaseExpirationsSpikin
 
 if cli PING | grep -qx PONG; then pass "flockd still answers"; else fail "flockd still answers" "$(tail -n 20 "$WORK/flockd.log")"; fi
 
-echo "$PASSED passed, $FAILED failed"
-[[ "$FAILED" == 0 ]]
+summary
