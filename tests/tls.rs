@@ -431,3 +431,51 @@ fn tls_only_closes_the_plain_port() {
         "{seen:?}"
     );
 }
+
+#[test]
+fn the_redis_crate_over_rustls_with_and_without_a_client_certificate() {
+    let pki = Pki::new();
+    let server = start(&pki, &[]);
+    let addr = tls_addr(&server);
+    let read = |name: &str| std::fs::read(pki.path(name)).unwrap();
+    let client = |with_cert: bool| {
+        redis::Client::build_with_tls(
+            format!("rediss://{addr}/"),
+            redis::TlsCertificates {
+                client_tls: with_cert.then(|| redis::ClientTlsConfig {
+                    client_cert: read("client.crt"),
+                    client_key: read("client.key"),
+                }),
+                root_cert: Some(read("ca.crt")),
+            },
+        )
+        .unwrap()
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut con = client(true)
+            .get_multiplexed_async_connection()
+            .await
+            .expect("mutual TLS with the CA's client certificate");
+        let token: i64 = redis::cmd("FLOCK.ACQUIRE")
+            .arg("rs:tls")
+            .arg(60_000)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(token, 1);
+        // Without a certificate the server ends the handshake: an error, never a reply.
+        let refused = client(false).get_multiplexed_async_connection().await;
+        match refused {
+            Err(e) => assert!(!e.to_string().is_empty()),
+            Ok(mut con) => {
+                let r: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut con).await;
+                assert!(r.is_err(), "served without a client certificate: {r:?}");
+            }
+        }
+    });
+    server.assert_alive();
+}
