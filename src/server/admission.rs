@@ -1,6 +1,6 @@
 //! Admission: the one step every request passes before it runs, whatever its kind. Lookup,
-//! authentication, arity and argument parsing, and for state changes whether the log can take
-//! them (MISCONF). ACL and cluster checks go here too.
+//! authentication, ACL permissions (command and keys), arity and argument parsing, and for state
+//! changes whether the log can take them (MISCONF). Cluster checks will go here too.
 
 use flockd_proto::{Reply, Request};
 
