@@ -44,6 +44,9 @@ cat >"$WORK/prometheus.yml" <<EOF
 global:
   scrape_interval: 1s
   scrape_timeout: 1s
+  # Rules are evaluated every second (the default is a minute: their health is "unknown" until
+  # the first evaluation).
+  evaluation_interval: 1s
 rule_files:
   - "$PWD/config/prometheus/flockd-alerts.yml"
 scrape_configs:
@@ -122,7 +125,7 @@ done
 # The shipped alert rules: valid, and loaded and evaluated by this Prometheus.
 if out="$(promtool check rules config/prometheus/flockd-alerts.yml 2>&1)"; then pass "promtool check rules"; else fail "promtool check rules" "$out"; fi
 rules=""
-for _ in $(seq 1 50); do
+for _ in $(seq 1 150); do
     rules="$(curl -fsS "http://$WEB/api/v1/rules" | python3 -c 'import json, sys
 g = json.load(sys.stdin)["data"]["groups"]
 r = [x for grp in g for x in grp["rules"]]
