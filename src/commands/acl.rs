@@ -3,8 +3,6 @@
 //! `server::acl` for how the server applies them). Passwords never appear in a reply: ACL LIST
 //! and GETUSER show SHA-256 digests.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use bytes::Bytes;
 use flockd_proto::Reply;
 
@@ -228,9 +226,7 @@ impl LocalCommand for AclCmd {
                 ))
             }
             AclCmd::Log(count) => {
-                let now_ms = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64);
+                let now_ms = acl::unix_ms();
                 let entries = state.log.lock().newest(count);
                 let field = |name: &'static str, value: Reply| (Reply::bulk(name), value);
                 reply(Reply::Array(

@@ -63,18 +63,22 @@ impl AclState {
         } else {
             "toplevel"
         };
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         self.log.lock().record(
             reason,
             context,
             object,
             username,
             conn.handle.describe(),
-            now_ms,
+            unix_ms(),
         );
     }
+}
+
+/// Wall-clock time for ACL LOG, in Unix milliseconds.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Whether `name` is a command, `command|subcommand` or `@category` the rules may name.

@@ -39,41 +39,24 @@ pub async fn start(
 
 fn from_time_histogram(h: &TimeHistogram) -> HistogramData {
     let (counts, sum) = h.read();
-    let mut buckets: Vec<(f64, u64)> = TIME_BOUNDS_SECONDS
-        .iter()
-        .copied()
-        .zip(counts.iter().copied())
-        .collect();
-    buckets.push((f64::MAX, counts[TIME_BOUNDS_SECONDS.len()]));
-    HistogramData { buckets, sum }
+    HistogramData::from_counts(&TIME_BOUNDS_SECONDS, &counts, sum)
 }
 
 fn from_fixed(h: &flockd_aof::FixedHistogram) -> HistogramData {
-    let mut buckets: Vec<(f64, u64)> = h
-        .bounds
-        .iter()
-        .copied()
-        .zip(h.counts.iter().copied())
-        .collect();
-    buckets.push((f64::MAX, h.counts[h.bounds.len()]));
-    HistogramData {
-        buckets,
-        sum: h.sum,
-    }
+    HistogramData::from_counts(h.bounds, &h.counts, h.sum)
 }
 
 /// A command's duration histogram in seconds. Its last level also holds every call slower
 /// than a second (Redis's histogram clamps there), so it is reported as +Inf only.
 fn command_duration(stat: &stats::CommandStat) -> HistogramData {
-    let counts = stat.histogram.counts();
-    let mut buckets: Vec<(f64, u64)> = (0..HISTOGRAM_BUCKETS - 1)
-        .map(|i| (bucket_usec(i) as f64 / 1e6, counts[i]))
+    let bounds: Vec<f64> = (0..HISTOGRAM_BUCKETS - 1)
+        .map(|i| bucket_usec(i) as f64 / 1e6)
         .collect();
-    buckets.push((f64::MAX, counts[HISTOGRAM_BUCKETS - 1]));
-    HistogramData {
-        buckets,
-        sum: stats::read(&stat.usec) as f64 / 1e6,
-    }
+    HistogramData::from_counts(
+        &bounds,
+        &stat.histogram.counts(),
+        stats::read(&stat.usec) as f64 / 1e6,
+    )
 }
 
 impl MetricsSource for DaemonMetrics {

@@ -37,10 +37,6 @@ pub enum AclError {
         line: usize,
         reason: String,
     },
-    #[error(
-        "There was an error trying to load the ACLs. Please check the server logs for more information"
-    )]
-    Read(String),
 }
 
 impl Acl {

@@ -60,7 +60,6 @@ impl Default for AclLog {
 }
 
 impl AclLog {
-    #[allow(clippy::too_many_arguments)]
     pub fn record(
         &mut self,
         reason: Denial,

@@ -11,6 +11,16 @@ pub struct HistogramData {
 }
 
 impl HistogramData {
+    /// From per-bucket counts over `bounds` (increasing, finite): `counts` has one more entry
+    /// than `bounds`, the last one for everything above (+Inf).
+    pub fn from_counts(bounds: &[f64], counts: &[u64], sum: f64) -> HistogramData {
+        debug_assert_eq!(counts.len(), bounds.len() + 1);
+        let mut buckets: Vec<(f64, u64)> =
+            bounds.iter().copied().zip(counts.iter().copied()).collect();
+        buckets.push((f64::MAX, counts.get(bounds.len()).copied().unwrap_or(0)));
+        HistogramData { buckets, sum }
+    }
+
     /// An empty histogram over `bounds` (increasing, finite); +Inf is added.
     pub fn with_bounds(bounds: &[f64]) -> HistogramData {
         let mut buckets: Vec<(f64, u64)> = bounds.iter().map(|&b| (b, 0)).collect();
