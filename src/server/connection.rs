@@ -234,9 +234,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         return Ok(next);
                     }
                     Ok(Outcome::Monitor(reply)) => {
+                        // Subscribed before the +OK goes out: every command a client sends
+                        // after it sees the +OK is in the feed (it raced before, under load).
+                        let lines = self.shared.monitors.subscribe();
                         self.push_ready(reply);
                         self.flush().await?;
-                        return self.monitor().await;
+                        return self.monitor(lines).await;
                     }
                     Err(e) => {
                         self.push_ready(Reply::error(stats::failed(stat, &e)));
@@ -319,10 +322,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 
     /// Monitor mode: every command the server receives is written to this client, until it
     /// sends QUIT or RESET (the only commands it may still run), closes, or falls too far behind.
-    async fn monitor(&mut self) -> std::io::Result<Next> {
+    async fn monitor(
+        &mut self,
+        mut lines: tokio::sync::broadcast::Receiver<Bytes>,
+    ) -> std::io::Result<Next> {
         let shared = self.shared.clone();
         let handle = self.conn.handle.clone();
-        let mut lines = shared.monitors.subscribe();
         loop {
             loop {
                 match self.parser.parse(&mut self.input, &shared.limits()) {
