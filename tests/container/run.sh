@@ -127,7 +127,9 @@ if [[ "$uid" == 10001 && "$user" == 10001:10001 ]]; then pass "runs as numeric n
 # metrics port from the file; port and metrics port from -e, which override it).
 got="$(cli CONFIG GET dir | tail -n1) $(cli CONFIG GET log-format | tail -n1) $(cli CONFIG GET bind | tail -n1)"
 if [[ "$got" == "/data json 0.0.0.0" ]]; then pass "/etc/flockd/flockd.toml read (dir, log-format, bind)"; else fail "/etc/flockd/flockd.toml read" "got: $got"; fi
-if docker logs "$NAME" 2>&1 | head -n1 | python3 -c 'import json, sys; json.loads(sys.stdin.readline())' 2>/dev/null; then pass "logs are JSON lines"; else fail "logs are JSON lines" "$(docker logs "$NAME" 2>&1 | head -n 2)"; fi
+# Into a file first: `docker logs | head` under pipefail fails whenever head closes the pipe early.
+docker logs "$NAME" >"$WORK/container.log" 2>&1
+if python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1]) if l.strip()]' "$WORK/container.log" 2>/dev/null; then pass "logs are JSON lines"; else fail "logs are JSON lines" "$(head -n 2 "$WORK/container.log")"; fi
 if curl -fsS "http://127.0.0.1:$METRICS/metrics" | grep -q '^flockd_build_info'; then pass "metrics port serves /metrics"; else fail "metrics port serves /metrics" ""; fi
 
 token="$(cli FLOCK.ACQUIRE container:lock 600000)"
