@@ -130,7 +130,9 @@ if [[ "$got" == "/data json 0.0.0.0" ]]; then pass "/etc/flockd/flockd.toml read
 # Into a file first: `docker logs | head` under pipefail fails whenever head closes the pipe early.
 docker logs "$NAME" >"$WORK/container.log" 2>&1
 if python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1]) if l.strip()]' "$WORK/container.log" 2>/dev/null; then pass "logs are JSON lines"; else fail "logs are JSON lines" "$(head -n 2 "$WORK/container.log")"; fi
-if curl -fsS "http://127.0.0.1:$METRICS/metrics" | grep -q '^flockd_build_info'; then pass "metrics port serves /metrics"; else fail "metrics port serves /metrics" ""; fi
+# Same for curl: grep -q stops reading at the first match and curl fails writing the rest.
+curl -fsS -o "$WORK/metrics.txt" "http://127.0.0.1:$METRICS/metrics" || true
+if grep -q '^flockd_build_info' "$WORK/metrics.txt" 2>/dev/null; then pass "metrics port serves /metrics"; else fail "metrics port serves /metrics" "$(head -c 300 "$WORK/metrics.txt" 2>/dev/null)"; fi
 
 token="$(cli FLOCK.ACQUIRE container:lock 600000)"
 fence="$(cli FENCE.SET container:res "$token" written)"
