@@ -13,6 +13,8 @@ FROM ${BUILD_IMAGE} AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY crates ./crates
+# A workspace member (the disk-fault tests' helper): cargo reads every member's manifest.
+COPY tests/faultfs ./tests/faultfs
 COPY src ./src
 COPY config ./config
 RUN cargo build --release --locked --bin flockd

@@ -230,6 +230,7 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
                 &if a.write_failed { "err" } else { "ok" },
             );
             field("aof_last_error", &a.last_error.as_deref().unwrap_or(""));
+            field("aof_write_errors", &a.write_errors);
             field("aof_current_size", &a.file_size);
             field("aof_base_size", &a.size_at_last_rewrite);
             field("aof_records_written", &a.records_written);
