@@ -174,7 +174,9 @@ fn scan(file: &File, apply: &mut dyn FnMut(Payload<'_>)) -> io::Result<Scan> {
     };
     out.version = Some(version);
     let mut pos = HEADER.len() as u64;
-    let mut reader = BufReader::with_capacity(1 << 20, file);
+    // Up to 1 MiB, never more than the file: a small file costs a small buffer.
+    let capacity = usize::try_from(file_len).map_or(1 << 20, |n| n.clamp(64, 1 << 20));
+    let mut reader = BufReader::with_capacity(capacity, file);
     reader.seek(SeekFrom::Start(pos))?;
     let mut payload = Vec::new();
     let failure: Option<String> = loop {
