@@ -387,6 +387,11 @@ fn command_introspection() {
         "latency",
         "dbsize",
         "acl",
+        "subscribe",
+        "psubscribe",
+        "unsubscribe",
+        "punsubscribe",
+        "pubsub",
     ];
     for name in expected_names {
         assert!(

@@ -36,6 +36,8 @@ pub enum CommandError {
     NoPermCommand { user: String, command: String },
     #[error("NOPERM No permissions to access a key")]
     NoPermKey,
+    #[error("NOPERM No permissions to access a channel")]
+    NoPermChannel,
     /// The connection's user was deleted (ACL DELUSER, ACL LOAD): the connection is closed.
     #[error("ERR the user of this connection was deleted")]
     UserDeleted,

@@ -45,12 +45,15 @@ mod latency;
 mod monitor;
 pub mod multi;
 mod ping;
+mod pubsub;
 mod quit;
 pub mod reset;
 mod select;
 mod shutdown;
+mod subscribe;
 mod slowlog;
 mod time;
+pub mod unsubscribe;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -209,6 +212,11 @@ command_table! {
     local Slowlog => slowlog::SlowlogCmd,
     local Latency => latency::LatencyCmd,
     local DbSize => dbsize::DbSize,
+    local Subscribe => subscribe::Subscribe,
+    local PSubscribe => subscribe::PSubscribe,
+    local Unsubscribe => unsubscribe::Unsubscribe,
+    local PUnsubscribe => unsubscribe::PUnsubscribe,
+    local Pubsub => pubsub::PubsubCmd,
     state FlockAcquire => flock_acquire::FlockAcquire,
     state FlockRenew => flock_renew::FlockRenew,
     state FlockRelease => flock_release::FlockRelease,

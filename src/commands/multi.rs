@@ -29,7 +29,10 @@ pub fn runs_inside_multi(name: &str) -> bool {
 /// Whether the command named `name` cannot be part of a transaction (it is refused, and the
 /// transaction with it).
 pub fn refused_inside_multi(name: &str) -> bool {
-    matches!(name, "monitor" | "shutdown")
+    matches!(
+        name,
+        "monitor" | "shutdown" | "subscribe" | "psubscribe" | "unsubscribe" | "punsubscribe"
+    )
 }
 
 #[derive(Debug)]

@@ -1,7 +1,7 @@
-//! PING [message]: +PONG, or the message back.
+//! PING [message]: +PONG, or the message back (in RESP2's subscribed mode, a `pong` frame).
 
 use bytes::Bytes;
-use flockd_proto::Reply;
+use flockd_proto::{ProtocolVersion, Reply};
 
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
@@ -33,7 +33,14 @@ impl CommandDef for Ping {
 }
 
 impl LocalCommand for Ping {
-    fn run(self, _ctx: &mut Ctx<'_>) -> CommandResult {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        // RESP2's subscribed mode answers as a message would come: `[pong, message or ""]`.
+        if ctx.conn.subscriptions.active() && ctx.conn.protocol == ProtocolVersion::Resp2 {
+            return reply(Reply::Array(vec![
+                Reply::Bulk(Bytes::from_static(b"pong")),
+                Reply::Bulk(self.message.unwrap_or_default()),
+            ]));
+        }
         reply(match self.message {
             None => Reply::Simple("PONG".into()),
             Some(message) => Reply::Bulk(message),

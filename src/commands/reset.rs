@@ -1,5 +1,5 @@
 //! RESET: back to a fresh connection's state (RESP2, no name, not authenticated when a password
-//! is set).
+//! is set, no subscriptions).
 
 use flockd_proto::{ProtocolVersion, Reply};
 
@@ -44,6 +44,7 @@ impl LocalCommand for Reset {
         ctx.conn.handle.names.lock().user = None;
         ctx.conn.handle.names.lock().name = None;
         ctx.conn.transaction = None;
+        super::unsubscribe::leave_all(&ctx.shared.host.pubsub, ctx.conn);
         reply(Reply::Simple("RESET".into()))
     }
 }

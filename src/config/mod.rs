@@ -53,6 +53,10 @@ pub struct Config {
     pub metrics_bind: IpAddr,
     /// Lock names FLOCK.HOT tracks per ten seconds (its memory bound).
     pub hot_locks_capacity: usize,
+    /// Lock events published on `__flock__:<name>` and `__flockevent__:<event>`.
+    pub notify_flock_events: bool,
+    /// A subscriber with more than this many bytes of messages waiting is disconnected.
+    pub client_output_buffer_limit_pubsub: usize,
     /// The TLS port beside `port`; `None`: no TLS, 0: a free port.
     pub tls_port: Option<u16>,
     /// Only the TLS port listens (Redis says `port 0`; in flockd 0 picks a free port).
@@ -98,6 +102,8 @@ impl Default for Config {
             metrics_port: None,
             metrics_bind: IpAddr::from([127, 0, 0, 1]),
             hot_locks_capacity: 1024,
+            notify_flock_events: true,
+            client_output_buffer_limit_pubsub: crate::server::pubsub::DEFAULT_OUTPUT_LIMIT,
             tls_port: None,
             tls_only: false,
             tls_cert_file: None,
@@ -166,6 +172,14 @@ impl Config {
             ),
             ("metrics-bind", self.metrics_bind.to_string()),
             ("hot-locks-capacity", self.hot_locks_capacity.to_string()),
+            (
+                "notify-flock-events",
+                if self.notify_flock_events { "on" } else { "off" }.to_string(),
+            ),
+            (
+                "client-output-buffer-limit-pubsub",
+                self.client_output_buffer_limit_pubsub.to_string(),
+            ),
             ("aclfile", path_text(&self.aclfile)),
             (
                 "tls-port",
@@ -381,6 +395,12 @@ pub struct Settings {
     /// Lock names FLOCK.HOT tracks (per ten seconds; bounds its memory).
     #[arg(long, env = "FLOCKD_HOT_LOCKS_CAPACITY", value_name = "N")]
     pub hot_locks_capacity: Option<u64>,
+    /// on: publish lock events on `__flock__:<name>` and `__flockevent__:<event>`; off.
+    #[arg(long, env = "FLOCKD_NOTIFY_FLOCK_EVENTS", value_name = "on|off")]
+    pub notify_flock_events: Option<String>,
+    /// Bytes of messages a subscriber may have waiting before it is disconnected.
+    #[arg(long, env = "FLOCKD_CLIENT_OUTPUT_BUFFER_LIMIT_PUBSUB", value_name = "BYTES")]
+    pub client_output_buffer_limit_pubsub: Option<u64>,
     /// TLS port beside `port` (unset: no TLS; 0 picks a free one, the ready line names it).
     #[arg(long, env = "FLOCKD_TLS_PORT", value_name = "N")]
     pub tls_port: Option<u32>,
@@ -451,6 +471,10 @@ impl Settings {
             metrics_port: self.metrics_port.or(lower.metrics_port),
             metrics_bind: self.metrics_bind.or(lower.metrics_bind),
             hot_locks_capacity: self.hot_locks_capacity.or(lower.hot_locks_capacity),
+            notify_flock_events: self.notify_flock_events.or(lower.notify_flock_events),
+            client_output_buffer_limit_pubsub: self
+                .client_output_buffer_limit_pubsub
+                .or(lower.client_output_buffer_limit_pubsub),
             tls_port: self.tls_port.or(lower.tls_port),
             tls_only: self.tls_only.or(lower.tls_only),
             tls_cert_file: self.tls_cert_file.or(lower.tls_cert_file),
@@ -548,6 +572,26 @@ impl Settings {
                 16,
                 1_000_000,
                 "16..=1000000",
+            )? as usize,
+            notify_flock_events: match self.notify_flock_events.as_deref() {
+                None => defaults.notify_flock_events,
+                Some("on" | "yes") => true,
+                Some("off" | "no") => false,
+                Some(other) => {
+                    return Err(ConfigError::Invalid {
+                        key: "notify-flock-events",
+                        value: other.to_string(),
+                        allowed: "on, off",
+                    });
+                }
+            },
+            client_output_buffer_limit_pubsub: ranged(
+                "client-output-buffer-limit-pubsub",
+                self.client_output_buffer_limit_pubsub,
+                defaults.client_output_buffer_limit_pubsub as u64,
+                1024,
+                1 << 40,
+                "1024..=1099511627776",
             )? as usize,
             config_file: self.config,
             metrics_port,

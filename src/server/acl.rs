@@ -133,6 +133,7 @@ fn categories_of(meta: &Meta, sub: Option<&str>) -> Vec<&'static str> {
         "flock" => out.push("flock"),
         "fence" => out.push("fence"),
         "transactions" => out.push("transaction"),
+        "pubsub" => out.push("pubsub"),
         _ => {}
     }
     if matches!(

@@ -32,6 +32,19 @@ pub fn admit(shared: &Shared, conn: &mut ConnState, request: Request) -> Admitte
         shared.monitors.feed(conn.handle.addr, &request.args);
     }
     let stat = &shared.stats.commands[index];
+    // RESP2's subscribed mode: the connection carries messages, and only these commands.
+    if conn.subscriptions.active()
+        && conn.protocol == flockd_proto::ProtocolVersion::Resp2
+        && !matches!(
+            meta.name,
+            "subscribe" | "psubscribe" | "unsubscribe" | "punsubscribe" | "ping" | "quit" | "reset"
+        )
+    {
+        return Admitted::Refused(Reply::error(format!(
+            "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            meta.name
+        )));
+    }
     if !conn.authenticated && !meta.flags.no_auth {
         stats::rejected(stat, &CommandError::NoAuth);
         return refuse(CommandError::NoAuth);

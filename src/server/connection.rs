@@ -20,6 +20,7 @@ use super::admission::{self, Admitted};
 use super::clients::ClientHandle;
 use super::context::{ConnState, Ctx, Outcome, Proposal};
 use super::propose::{Pending, ProposeError, commit};
+use super::pubsub::Message;
 use super::{PREAUTH_LIMITS, PREAUTH_QUERY_BUFFER, Shared, stats};
 use crate::commands::{CommandError, Execution, LocalCommand, TABLE, multi};
 
@@ -100,11 +101,13 @@ where
             user,
             acl_generation,
             transaction: None,
+            subscriptions: Default::default(),
         },
     };
     if let Err(e) = connection.run().await {
         debug!(client = id, "connection ended: {e}");
     }
+    crate::commands::unsubscribe::leave_all(&shared.host.pubsub, &mut connection.conn);
     shared.clients.unregister(id);
 }
 
@@ -130,21 +133,88 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         }
     }
 
-    /// Reads once; 0 means the peer closed or the server is stopping this client.
+    /// Reads once; 0 means the peer closed or the server is stopping this client. A
+    /// subscribed connection meanwhile writes the messages published to it.
     async fn read_more(&mut self) -> std::io::Result<usize> {
         self.input.reserve(READ_CHUNK);
-        // Borrowed, not cloned: every connection cloning the one `Arc` per read or command
-        // would bounce its reference count between cores.
-        let (shared, handle) = (&self.shared, &self.conn.handle);
-        tokio::select! {
-            read = self.stream.read_buf(&mut self.input) => {
-                let n = read?;
-                stats::bump(&shared.stats.net_input_bytes, n as u64);
-                Ok(n)
+        loop {
+            // Borrowed, not cloned: every connection cloning the one `Arc` per read or command
+            // would bounce its reference count between cores.
+            let (shared, handle) = (&self.shared, &self.conn.handle);
+            let inbox = &mut self.conn.subscriptions.inbox;
+            let message = tokio::select! {
+                read = self.stream.read_buf(&mut self.input) => {
+                    let n = read?;
+                    stats::bump(&shared.stats.net_input_bytes, n as u64);
+                    return Ok(n);
+                }
+                message = next_message(inbox) => message,
+                _ = shared.shutdown.cancelled() => return Ok(0),
+                _ = handle.kill.cancelled() => return Ok(0),
+            };
+            if let Some(message) = message {
+                self.encode_message(message);
+                self.encode_queued_messages();
+                if !self.write_output().await? {
+                    return Ok(0);
+                }
             }
-            _ = shared.shutdown.cancelled() => Ok(0),
-            _ = handle.kill.cancelled() => Ok(0),
         }
+    }
+
+    /// Adds a published message's frame to the output: `message` (or `pmessage`), a push in
+    /// RESP3. One that arrives after its channel was left is dropped, as Redis never sends it.
+    fn encode_message(&mut self, message: Message) {
+        let subs = &self.conn.subscriptions;
+        if let Some(mailbox) = &subs.mailbox {
+            mailbox.delivered(message.size());
+        }
+        let bulk = Reply::Bulk;
+        let frame = match message.pattern {
+            Some(pattern) if subs.patterns.contains(&pattern) => vec![
+                bulk(Bytes::from_static(b"pmessage")),
+                bulk(pattern),
+                bulk(message.channel),
+                bulk(message.payload),
+            ],
+            None if subs.channels.contains(&message.channel) => vec![
+                bulk(Bytes::from_static(b"message")),
+                bulk(message.channel),
+                bulk(message.payload),
+            ],
+            _ => return,
+        };
+        encode(&Reply::Push(frame), self.conn.protocol, &mut self.output);
+    }
+
+    /// Adds the messages already queued (at most a batch's worth, so a busy channel cannot
+    /// keep a connection from its commands).
+    fn encode_queued_messages(&mut self) {
+        for _ in 0..FLUSH_AFTER_REPLIES {
+            let Some(inbox) = &mut self.conn.subscriptions.inbox else {
+                return;
+            };
+            match inbox.try_recv() {
+                Ok(message) => self.encode_message(message),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Writes the output; false if the client was killed meanwhile (a subscriber past its
+    /// output limit is, and may not be reading: the write must not wait for it).
+    async fn write_output(&mut self) -> std::io::Result<bool> {
+        stats::bump(
+            &self.shared.stats.net_output_bytes,
+            self.output.len() as u64,
+        );
+        let handle = &self.conn.handle;
+        tokio::select! {
+            written = self.stream.write_all(&self.output) => written?,
+            _ = handle.kill.cancelled() => return Ok(false),
+        }
+        self.output.clear();
+        Ok(true)
     }
 
     /// Runs every complete request in the input buffer.
@@ -232,6 +302,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         let (reply, next) = self.exec(transaction).await;
                         self.push_ready(reply);
                         return Ok(next);
+                    }
+                    Ok(Outcome::Replies(replies)) => {
+                        for reply in replies {
+                            self.push_ready(reply);
+                        }
                     }
                     Ok(Outcome::Monitor(reply)) => {
                         // Subscribed before the +OK goes out: every command a client sends
@@ -475,7 +550,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                             next = Next::Close;
                             Reply::ok()
                         }
-                        Execution::Local(Ok(Outcome::Exec(_) | Outcome::Monitor(_)))
+                        Execution::Local(Ok(
+                            Outcome::Exec(_) | Outcome::Monitor(_) | Outcome::Replies(_),
+                        ))
                         | Execution::State(_) => Reply::error(CommandError::NotInMulti.to_string()),
                         Execution::Local(Err(e)) => Reply::error(stats::failed(stat, &e)),
                     };
@@ -621,19 +698,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             return Ok(());
         }
         self.resolve().await;
+        // Messages published by these commands' own changes go first, as Redis sends a
+        // message before the reply of the command that published it.
+        self.encode_queued_messages();
         for PendingReply { slot, protocol } in self.pending.drain(..) {
             if let ReplySlot::Ready(reply) = slot {
                 encode(&reply, protocol, &mut self.output);
             }
         }
         self.pending_size = 0;
-        stats::bump(
-            &self.shared.stats.net_output_bytes,
-            self.output.len() as u64,
-        );
-        self.stream.write_all(&self.output).await?;
-        self.output.clear();
+        if !self.write_output().await? {
+            return Err(std::io::Error::other("client killed"));
+        }
         Ok(())
+    }
+}
+
+/// The next message for a subscribed connection; never, for one that is not.
+async fn next_message(
+    inbox: &mut Option<tokio::sync::mpsc::UnboundedReceiver<Message>>,
+) -> Option<Message> {
+    match inbox {
+        Some(inbox) => inbox.recv().await,
+        None => std::future::pending().await,
     }
 }
 

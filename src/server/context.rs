@@ -1,14 +1,17 @@
 //! What a command sees: the shared server state, its own connection's state and the time it
 //! runs at; and what it hands back to the connection loop.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use flockd_core::{Millis, Op, OpResult, StateMachine};
 use flockd_proto::{ProtocolVersion, Reply};
 use parking_lot::RwLockReadGuard;
 
 use super::Shared;
 use super::clients::ClientHandle;
+use super::pubsub::{Mailbox, Message};
 use crate::commands::CommandError;
 use crate::commands::multi::Transaction;
 
@@ -22,6 +25,29 @@ pub struct ConnState {
     pub acl_generation: u64,
     /// Between MULTI and EXEC: the queued commands.
     pub transaction: Option<Transaction>,
+    pub subscriptions: Subscriptions,
+}
+
+/// The connection's pub/sub subscriptions, and its mailbox once it has subscribed.
+#[derive(Default)]
+pub struct Subscriptions {
+    pub channels: BTreeSet<Bytes>,
+    pub patterns: BTreeSet<Bytes>,
+    pub mailbox: Option<Arc<Mailbox>>,
+    /// Drained by the connection loop into the socket.
+    pub inbox: Option<tokio::sync::mpsc::UnboundedReceiver<Message>>,
+}
+
+impl Subscriptions {
+    /// Channels and patterns together: the count Redis's frames carry.
+    pub fn count(&self) -> usize {
+        self.channels.len() + self.patterns.len()
+    }
+
+    /// Whether the connection is in subscribed mode.
+    pub fn active(&self) -> bool {
+        self.count() > 0
+    }
 }
 
 pub struct Ctx<'a> {
@@ -49,6 +75,8 @@ pub enum Outcome {
     Exec(Transaction),
     /// Send the reply, then enter monitor mode (MONITOR).
     Monitor(Reply),
+    /// Several replies to one command, each its own frame ((P)SUBSCRIBE, (P)UNSUBSCRIBE).
+    Replies(Vec<Reply>),
 }
 
 impl From<Reply> for Outcome {

@@ -1,7 +1,8 @@
 //! The state machine as the server runs it: the one [`StateMachine`], applied to by whoever
 //! commits a batch of the log, read by every connection. Applying a batch also routes its
 //! events: grants to the parked connections that waited for them, an earlier lease deadline to
-//! the expiry task (and later pub/sub and metrics from the same stream).
+//! the expiry task, hold times to the metrics, and, once the state machine's lock is released,
+//! the changes to pub/sub.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tokio::sync::Notify;
 
 use super::hot::{Contention, HotLocks};
+use super::pubsub::PubSub;
 use super::stats::TimeHistogram;
 use super::waiters::WaitRegistry;
 
@@ -56,6 +58,8 @@ pub struct StateHost {
     pub hot: HotLocks,
     /// Woken when an applied op scheduled a lease deadline earlier than all others.
     pub expiry_wake: Notify,
+    /// Subscriptions, and the publishing of applied changes.
+    pub pubsub: PubSub,
 }
 
 impl StateHost {
@@ -66,6 +70,7 @@ impl StateHost {
             waits: WaitRegistry::default(),
             holds: HoldTimes::default(),
             expiry_wake: Notify::new(),
+            pubsub: PubSub::default(),
         }
     }
 
@@ -79,21 +84,25 @@ impl StateHost {
         self.machine.write()
     }
 
-    fn route(&self, events: &mut Vec<Event>, at: Millis) {
+    /// Routes the events of one op; those to publish move to `publish` (when it is `Some`).
+    fn route(&self, events: &mut Vec<Event>, at: Millis, publish: &mut Option<Vec<Event>>) {
         for event in events.drain(..) {
             self.holds.observe(&event, at);
             if let Event::Expired { name, .. } = &event {
                 self.hot
                     .record(name, Contention::Expired, std::time::Instant::now());
             }
-            match event {
+            match &event {
                 Event::Granted {
                     wait: Some(wait),
                     token,
                     ..
-                } => self.waits.granted(wait, token),
-                Event::WaitEnded { wait, .. } => self.waits.ended(wait),
+                } => self.waits.granted(*wait, *token),
+                Event::WaitEnded { wait, .. } => self.waits.ended(*wait),
                 _ => {}
+            }
+            if let Some(publish) = publish {
+                publish.push(event);
             }
         }
     }
@@ -102,6 +111,9 @@ impl StateHost {
 impl Applier for StateHost {
     fn apply(&self, entries: &[Entry], results: &mut Vec<Vec<OpResult>>) {
         let mut events = Vec::new();
+        // Collected only while somebody listens; published after the lock is released, so
+        // subscribers never hold up applying (or the readers waiting for it).
+        let mut publish = self.pubsub.wants_events().then(Vec::new);
         let mut machine = self.machine.write();
         for entry in entries {
             let mut entry_results = Vec::with_capacity(entry.ops.len());
@@ -124,7 +136,7 @@ impl Applier for StateHost {
                     _ => {}
                 }
                 entry_results.push(result);
-                self.route(&mut events, entry.at);
+                self.route(&mut events, entry.at, &mut publish);
             }
             results.push(entry_results);
         }
@@ -132,6 +144,9 @@ impl Applier for StateHost {
         drop(machine);
         if wake {
             self.expiry_wake.notify_one();
+        }
+        if let Some(publish) = publish {
+            self.pubsub.publish_events(&publish);
         }
     }
 

@@ -19,6 +19,7 @@ pub mod hot;
 pub mod metrics;
 pub mod monitor;
 pub mod propose;
+pub mod pubsub;
 pub mod reconfigure;
 pub mod stats;
 mod waiters;
@@ -132,6 +133,10 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     let rearm = machine.has_holdings_or_waiters();
     let clock = Clock::continuing_from(last_at);
     let host = Arc::new(StateHost::new(machine, config.hot_locks_capacity));
+    host.pubsub.configure(
+        config.notify_flock_events,
+        config.client_output_buffer_limit_pubsub,
+    );
     let aof = tokio::task::block_in_place(|| {
         Aof::open(
             AofOptions {

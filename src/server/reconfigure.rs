@@ -105,6 +105,10 @@ pub fn change(shared: &Shared, changes: &[(String, String)]) -> Result<(), Recon
         // Checked above; a reload can only fail if the subscriber is gone.
         tracing::warn!("log-level not applied: {e}");
     }
+    shared.host.pubsub.configure(
+        next.notify_flock_events,
+        next.client_output_buffer_limit_pubsub,
+    );
     if next.requirepass != old.requirepass {
         // requirepass is the default user's password, as in Redis.
         shared

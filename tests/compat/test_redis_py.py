@@ -171,3 +171,36 @@ def test_client_name_and_info():
     assert r.config_get("maxclients")["maxclients"].isdigit()
     t = r.time()
     assert t[0] > 1_600_000_000
+
+
+def _next_message(pubsub, timeout=5.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2)
+        if m is not None:
+            return m
+    raise AssertionError("no message within %.1f s" % timeout)
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_pubsub_lock_events(protocol):
+    r = client(protocol=protocol)
+    name = unique("ev")
+    p = r.pubsub()
+    p.subscribe(f"__flock__:{name}")
+    p.psubscribe("__flockevent__:*")
+    # The subscription confirmations first.
+    assert p.get_message(timeout=5)["type"] == "subscribe"
+    assert p.get_message(timeout=5)["type"] == "psubscribe"
+    token = r.execute_command("FLOCK.ACQUIRE", name, 30000)
+    seen = [_next_message(p), _next_message(p)]
+    by_type = {m["type"]: m for m in seen}
+    assert by_type["message"]["channel"] == f"__flock__:{name}"
+    assert by_type["message"]["data"] == f"granted {token}"
+    assert by_type["pmessage"]["pattern"] == "__flockevent__:*"
+    assert by_type["pmessage"]["channel"] == "__flockevent__:granted"
+    assert by_type["pmessage"]["data"] == f"{token} {name}"
+    assert r.execute_command("PUBSUB", "NUMSUB", f"__flock__:{name}") == [f"__flock__:{name}", 1]
+    p.close()

@@ -272,6 +272,15 @@ impl User {
             .any(|p| glob_match(p.as_bytes(), channel))
     }
 
+    /// Whether PSUBSCRIBE may take `pattern`: as in Redis, only a pattern the user's channel
+    /// patterns name literally (or any, with `allchannels`), since a pattern cannot be checked
+    /// against every channel it might match.
+    pub fn can_subscribe_pattern(&self, pattern: &[u8]) -> bool {
+        self.channels
+            .iter()
+            .any(|p| p == "*" || p.as_bytes() == pattern)
+    }
+
     /// The flags of ACL GETUSER.
     pub fn flags(&self) -> Vec<&'static str> {
         let mut flags = vec![if self.enabled { "on" } else { "off" }];

@@ -1,0 +1,112 @@
+//! PUBSUB CHANNELS [pattern] | NUMSUB [channel ...] | NUMPAT | HELP: who listens, as in Redis
+//! (the shard-channel subcommands are not there: flockd has no shard channels).
+
+use bytes::Bytes;
+use flockd_proto::Reply;
+
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta};
+use crate::server::context::{CommandResult, Ctx, reply};
+
+#[derive(Debug)]
+pub enum PubsubCmd {
+    Channels(Option<Bytes>),
+    NumSub(Vec<Bytes>),
+    NumPat,
+    Help,
+}
+
+impl CommandDef for PubsubCmd {
+    const META: Meta = Meta {
+        syntax: "PUBSUB CHANNELS [pattern] | NUMSUB [channel [channel ...]] | NUMPAT | HELP",
+        group: "pubsub",
+        subcommands: &[
+            SubMeta {
+                name: "pubsub|channels",
+                arity: -2,
+                summary: "Returns the active channels.",
+            },
+            SubMeta {
+                name: "pubsub|numsub",
+                arity: -2,
+                summary: "Returns a count of subscribers to channels.",
+            },
+            SubMeta {
+                name: "pubsub|numpat",
+                arity: 2,
+                summary: "Returns a count of unique pattern subscriptions.",
+            },
+            SubMeta {
+                name: "pubsub|help",
+                arity: 2,
+                summary: "Returns helpful text about the different subcommands.",
+            },
+        ],
+        ..Meta::new(
+            "pubsub",
+            -2,
+            CommandFlags::READ,
+            "A container for Pub/Sub commands.",
+        )
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        let sub = args.next_keyword().unwrap_or_default();
+        match sub.as_str() {
+            "CHANNELS" if args.remaining() <= 1 => Ok(PubsubCmd::Channels(args.next_opt())),
+            "NUMSUB" => Ok(PubsubCmd::NumSub(
+                std::iter::from_fn(|| args.next_opt()).collect(),
+            )),
+            "NUMPAT" if args.remaining() == 0 => Ok(PubsubCmd::NumPat),
+            "HELP" if args.remaining() == 0 => Ok(PubsubCmd::Help),
+            "CHANNELS" | "NUMPAT" | "HELP" => Err(CommandError::WrongArity(
+                format!("pubsub|{}", sub.to_ascii_lowercase()).into(),
+            )),
+            other => Err(CommandError::UnknownSubcommand {
+                command: "PUBSUB",
+                sub: super::printable(other.as_bytes(), 64),
+            }),
+        }
+    }
+}
+
+impl LocalCommand for PubsubCmd {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        let pubsub = &ctx.shared.host.pubsub;
+        match self {
+            PubsubCmd::Channels(pattern) => reply(Reply::Array(
+                pubsub
+                    .channels(pattern.as_deref())
+                    .into_iter()
+                    .map(Reply::Bulk)
+                    .collect(),
+            )),
+            PubsubCmd::NumSub(channels) => reply(Reply::Array(
+                channels
+                    .into_iter()
+                    .flat_map(|c| {
+                        let n = pubsub.numsub(&c) as i64;
+                        [Reply::Bulk(c), Reply::Integer(n)]
+                    })
+                    .collect(),
+            )),
+            PubsubCmd::NumPat => reply(Reply::Integer(pubsub.numpat() as i64)),
+            PubsubCmd::Help => reply(Reply::Array(
+                [
+                    "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                    "CHANNELS [<pattern>]",
+                    "    Return the currently active channels matching a <pattern> (default: '*').",
+                    "NUMPAT",
+                    "    Return number of subscriptions to patterns.",
+                    "NUMSUB [<channel> ...]",
+                    "    Return the number of subscribers for the specified channels, excluding",
+                    "    pattern subscriptions(default: no channels).",
+                    "HELP",
+                    "    Prints this help.",
+                ]
+                .into_iter()
+                .map(|line| Reply::Simple(line.into()))
+                .collect(),
+            )),
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! SUBSCRIBE channel [channel ...] and PSUBSCRIBE pattern [pattern ...]: the connection enters
+//! subscribed mode and receives the messages published there (flockd publishes lock events;
+//! see `server::pubsub`). One `subscribe`/`psubscribe` frame per argument, each with the
+//! connection's count of subscriptions, as in Redis; in RESP3 they are push frames.
+
+use bytes::Bytes;
+use flockd_acl::Denial;
+use flockd_proto::Reply;
+
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use crate::server::context::{CommandResult, Ctx, Outcome};
+use crate::server::pubsub::Mailbox;
+
+/// A subscription frame: `[kind, channel or null, count]`.
+pub(super) fn frame(kind: &'static str, channel: Option<Bytes>, count: usize) -> Reply {
+    Reply::Push(vec![
+        Reply::Bulk(Bytes::from_static(kind.as_bytes())),
+        channel.map_or(Reply::Null, Reply::Bulk),
+        Reply::Integer(count as i64),
+    ])
+}
+
+const FLAGS: CommandFlags = CommandFlags {
+    fast: false,
+    ..CommandFlags::READ
+};
+
+fn take_all(args: &mut Args) -> Result<Vec<Bytes>, CommandError> {
+    let mut out = Vec::with_capacity(args.remaining());
+    while args.remaining() > 0 {
+        out.push(args.next_owned_bytes()?);
+    }
+    Ok(out)
+}
+
+/// Subscribes to every channel (`pattern`: every pattern), after checking the user may take
+/// all of them: one refused channel subscribes to none, as in Redis.
+fn subscribe(ctx: &mut Ctx<'_>, pattern: bool, channels: Vec<Bytes>) -> CommandResult {
+    for channel in &channels {
+        let allowed = if pattern {
+            ctx.conn.user.can_subscribe_pattern(channel)
+        } else {
+            ctx.conn.user.can_access_channel(channel)
+        };
+        if !allowed {
+            ctx.shared
+                .acl
+                .deny(ctx.conn, Denial::Channel, &String::from_utf8_lossy(channel));
+            return Err(CommandError::NoPermChannel);
+        }
+    }
+    let id = ctx.conn.handle.id;
+    let subs = &mut ctx.conn.subscriptions;
+    let mailbox = match &subs.mailbox {
+        Some(mailbox) => mailbox.clone(),
+        None => {
+            let (mailbox, inbox) = Mailbox::new(ctx.conn.handle.clone());
+            subs.inbox = Some(inbox);
+            subs.mailbox = Some(mailbox.clone());
+            mailbox
+        }
+    };
+    let kind = if pattern { "psubscribe" } else { "subscribe" };
+    let mut replies = Vec::with_capacity(channels.len());
+    for channel in channels {
+        let set = if pattern {
+            &mut subs.patterns
+        } else {
+            &mut subs.channels
+        };
+        if set.insert(channel.clone()) {
+            ctx.shared
+                .host
+                .pubsub
+                .subscribe(pattern, channel.clone(), id, &mailbox);
+        }
+        replies.push(frame(kind, Some(channel), subs.count()));
+    }
+    Ok(Outcome::Replies(replies))
+}
+
+#[derive(Debug)]
+pub struct Subscribe {
+    channels: Vec<Bytes>,
+}
+
+impl CommandDef for Subscribe {
+    const META: Meta = Meta {
+        syntax: "SUBSCRIBE channel [channel ...]",
+        group: "pubsub",
+        complexity: "O(N) where N is the number of channels to subscribe to.",
+        ..Meta::new(
+            "subscribe",
+            -2,
+            FLAGS,
+            "Listens for messages published to channels.",
+        )
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        Ok(Subscribe {
+            channels: take_all(args)?,
+        })
+    }
+}
+
+impl LocalCommand for Subscribe {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        subscribe(ctx, false, self.channels)
+    }
+}
+
+#[derive(Debug)]
+pub struct PSubscribe {
+    patterns: Vec<Bytes>,
+}
+
+impl CommandDef for PSubscribe {
+    const META: Meta = Meta {
+        syntax: "PSUBSCRIBE pattern [pattern ...]",
+        group: "pubsub",
+        complexity: "O(N) where N is the number of patterns to subscribe to.",
+        ..Meta::new(
+            "psubscribe",
+            -2,
+            FLAGS,
+            "Listens for messages published to channels that match one or more patterns.",
+        )
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        Ok(PSubscribe {
+            patterns: take_all(args)?,
+        })
+    }
+}
+
+impl LocalCommand for PSubscribe {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        subscribe(ctx, true, self.patterns)
+    }
+}

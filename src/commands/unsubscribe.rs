@@ -1,0 +1,134 @@
+//! UNSUBSCRIBE [channel ...] and PUNSUBSCRIBE [pattern ...]: leave the channels (patterns)
+//! named, or all of them. One frame per channel left, with the count left; without arguments
+//! and without subscriptions, one frame with a null channel, as in Redis.
+
+use bytes::Bytes;
+use flockd_proto::Reply;
+
+use super::subscribe::frame;
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use crate::server::context::{CommandResult, ConnState, Ctx, Outcome};
+use crate::server::pubsub::PubSub;
+
+const FLAGS: CommandFlags = CommandFlags {
+    fast: false,
+    ..CommandFlags::READ
+};
+
+fn take_all(args: &mut Args) -> Vec<Bytes> {
+    std::iter::from_fn(|| args.next_opt()).collect()
+}
+
+/// Leaves `channels` (all, if empty) and returns the frames.
+pub fn unsubscribe(
+    pubsub: &PubSub,
+    conn: &mut ConnState,
+    pattern: bool,
+    channels: Vec<Bytes>,
+) -> Vec<Reply> {
+    let id = conn.handle.id;
+    let subs = &mut conn.subscriptions;
+    let kind = if pattern { "punsubscribe" } else { "unsubscribe" };
+    let set = if pattern {
+        &subs.patterns
+    } else {
+        &subs.channels
+    };
+    let channels = if channels.is_empty() {
+        set.iter().cloned().collect()
+    } else {
+        channels
+    };
+    if channels.is_empty() {
+        return vec![frame(kind, None, subs.count())];
+    }
+    let mut replies = Vec::with_capacity(channels.len());
+    for channel in channels {
+        let set = if pattern {
+            &mut subs.patterns
+        } else {
+            &mut subs.channels
+        };
+        if set.remove(&channel) {
+            pubsub.unsubscribe(pattern, &channel, id);
+        }
+        replies.push(frame(kind, Some(channel), subs.count()));
+    }
+    replies
+}
+
+#[derive(Debug)]
+pub struct Unsubscribe {
+    channels: Vec<Bytes>,
+}
+
+impl CommandDef for Unsubscribe {
+    const META: Meta = Meta {
+        syntax: "UNSUBSCRIBE [channel [channel ...]]",
+        group: "pubsub",
+        complexity: "O(N) where N is the number of channels to unsubscribe.",
+        ..Meta::new(
+            "unsubscribe",
+            -1,
+            FLAGS,
+            "Stops listening to messages posted to channels.",
+        )
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        Ok(Unsubscribe {
+            channels: take_all(args),
+        })
+    }
+}
+
+impl LocalCommand for Unsubscribe {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        let replies = unsubscribe(&ctx.shared.host.pubsub, ctx.conn, false, self.channels);
+        Ok(Outcome::Replies(replies))
+    }
+}
+
+#[derive(Debug)]
+pub struct PUnsubscribe {
+    patterns: Vec<Bytes>,
+}
+
+impl CommandDef for PUnsubscribe {
+    const META: Meta = Meta {
+        syntax: "PUNSUBSCRIBE [pattern [pattern ...]]",
+        group: "pubsub",
+        complexity: "O(N) where N is the number of patterns to unsubscribe.",
+        ..Meta::new(
+            "punsubscribe",
+            -1,
+            FLAGS,
+            "Stops listening to messages published to channels that match one or more patterns.",
+        )
+    };
+
+    fn parse(args: &mut Args) -> Result<Self, CommandError> {
+        Ok(PUnsubscribe {
+            patterns: take_all(args),
+        })
+    }
+}
+
+impl LocalCommand for PUnsubscribe {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        let replies = unsubscribe(&ctx.shared.host.pubsub, ctx.conn, true, self.patterns);
+        Ok(Outcome::Replies(replies))
+    }
+}
+
+/// Leaves every channel and pattern (RESET, and a connection that ends), without frames.
+pub fn leave_all(pubsub: &PubSub, conn: &mut ConnState) {
+    let id = conn.handle.id;
+    let subs = &mut conn.subscriptions;
+    for channel in std::mem::take(&mut subs.channels) {
+        pubsub.unsubscribe(false, &channel, id);
+    }
+    for pattern in std::mem::take(&mut subs.patterns) {
+        pubsub.unsubscribe(true, &pattern, id);
+    }
+}
