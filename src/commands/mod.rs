@@ -50,8 +50,8 @@ mod quit;
 pub mod reset;
 mod select;
 mod shutdown;
-mod subscribe;
 mod slowlog;
+mod subscribe;
 mod time;
 pub mod unsubscribe;
 

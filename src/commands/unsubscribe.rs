@@ -28,7 +28,11 @@ pub fn unsubscribe(
 ) -> Vec<Reply> {
     let id = conn.handle.id;
     let subs = &mut conn.subscriptions;
-    let kind = if pattern { "punsubscribe" } else { "unsubscribe" };
+    let kind = if pattern {
+        "punsubscribe"
+    } else {
+        "unsubscribe"
+    };
     let set = if pattern {
         &subs.patterns
     } else {

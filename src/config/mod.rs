@@ -174,7 +174,12 @@ impl Config {
             ("hot-locks-capacity", self.hot_locks_capacity.to_string()),
             (
                 "notify-flock-events",
-                if self.notify_flock_events { "on" } else { "off" }.to_string(),
+                if self.notify_flock_events {
+                    "on"
+                } else {
+                    "off"
+                }
+                .to_string(),
             ),
             (
                 "client-output-buffer-limit-pubsub",
@@ -399,7 +404,11 @@ pub struct Settings {
     #[arg(long, env = "FLOCKD_NOTIFY_FLOCK_EVENTS", value_name = "on|off")]
     pub notify_flock_events: Option<String>,
     /// Bytes of messages a subscriber may have waiting before it is disconnected.
-    #[arg(long, env = "FLOCKD_CLIENT_OUTPUT_BUFFER_LIMIT_PUBSUB", value_name = "BYTES")]
+    #[arg(
+        long,
+        env = "FLOCKD_CLIENT_OUTPUT_BUFFER_LIMIT_PUBSUB",
+        value_name = "BYTES"
+    )]
     pub client_output_buffer_limit_pubsub: Option<u64>,
     /// TLS port beside `port` (unset: no TLS; 0 picks a free one, the ready line names it).
     #[arg(long, env = "FLOCKD_TLS_PORT", value_name = "N")]

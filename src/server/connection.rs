@@ -20,7 +20,7 @@ use super::admission::{self, Admitted};
 use super::clients::ClientHandle;
 use super::context::{ConnState, Ctx, Outcome, Proposal};
 use super::propose::{Pending, ProposeError, commit};
-use super::pubsub::Message;
+use super::pubsub::Delivery;
 use super::{PREAUTH_LIMITS, PREAUTH_QUERY_BUFFER, Shared, stats};
 use crate::commands::{CommandError, Execution, LocalCommand, TABLE, multi};
 
@@ -33,6 +33,8 @@ const FLUSH_AFTER_REPLIES: usize = 1024;
 /// of `COMMAND DOCS` requests pin over 7 MiB of replies per client.
 const FLUSH_AFTER_BYTES: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
+/// How long a subscriber's messages may wait to be written together.
+const MESSAGE_COALESCING: Duration = Duration::from_millis(1);
 
 /// A reply in the making.
 enum ReplySlot {
@@ -152,8 +154,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 _ = shared.shutdown.cancelled() => return Ok(0),
                 _ = handle.kill.cancelled() => return Ok(0),
             };
-            if let Some(message) = message {
-                self.encode_message(message);
+            if let Some(messages) = message {
+                self.encode_messages(messages);
+                // Let more batches come before writing: one write per subscriber per
+                // millisecond at most, instead of one per applied batch (each write is a
+                // syscall here and a wake-up and a read in the subscriber).
+                let handle = &self.conn.handle;
+                tokio::select! {
+                    _ = tokio::time::sleep(MESSAGE_COALESCING) => {}
+                    _ = handle.kill.cancelled() => return Ok(0),
+                }
                 self.encode_queued_messages();
                 if !self.write_output().await? {
                     return Ok(0);
@@ -162,40 +172,40 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         }
     }
 
-    /// Adds a published message's frame to the output: `message` (or `pmessage`), a push in
-    /// RESP3. One that arrives after its channel was left is dropped, as Redis never sends it.
-    fn encode_message(&mut self, message: Message) {
+    /// Adds what one batch published to the output: each message's frame (encoded once by the
+    /// publisher), a push in RESP3. One that arrives after its channel was left is dropped, as
+    /// Redis never sends it.
+    fn encode_messages(&mut self, delivery: Delivery) {
         let subs = &self.conn.subscriptions;
         if let Some(mailbox) = &subs.mailbox {
-            mailbox.delivered(message.size());
+            mailbox.delivered(delivery.size);
         }
-        let bulk = Reply::Bulk;
-        let frame = match message.pattern {
-            Some(pattern) if subs.patterns.contains(&pattern) => vec![
-                bulk(Bytes::from_static(b"pmessage")),
-                bulk(pattern),
-                bulk(message.channel),
-                bulk(message.payload),
-            ],
-            None if subs.channels.contains(&message.channel) => vec![
-                bulk(Bytes::from_static(b"message")),
-                bulk(message.channel),
-                bulk(message.payload),
-            ],
-            _ => return,
-        };
-        encode(&Reply::Push(frame), self.conn.protocol, &mut self.output);
+        for message in delivery.messages() {
+            let subscribed = match &message.pattern {
+                Some(pattern) => subs.patterns.contains(pattern),
+                None => subs.channels.contains(&message.channel),
+            };
+            if !subscribed {
+                continue;
+            }
+            if self.conn.protocol == ProtocolVersion::Resp3 {
+                self.output.extend_from_slice(b">");
+                self.output.extend_from_slice(&message.frame[1..]);
+            } else {
+                self.output.extend_from_slice(&message.frame);
+            }
+        }
     }
 
-    /// Adds the messages already queued (at most a batch's worth, so a busy channel cannot
-    /// keep a connection from its commands).
+    /// Adds the messages already queued (at most a batch's worth of deliveries, so a busy
+    /// channel cannot keep a connection from its commands).
     fn encode_queued_messages(&mut self) {
         for _ in 0..FLUSH_AFTER_REPLIES {
             let Some(inbox) = &mut self.conn.subscriptions.inbox else {
                 return;
             };
             match inbox.try_recv() {
-                Ok(message) => self.encode_message(message),
+                Ok(messages) => self.encode_messages(messages),
                 Err(_) => return,
             }
         }
@@ -716,8 +726,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 
 /// The next message for a subscribed connection; never, for one that is not.
 async fn next_message(
-    inbox: &mut Option<tokio::sync::mpsc::UnboundedReceiver<Message>>,
-) -> Option<Message> {
+    inbox: &mut Option<tokio::sync::mpsc::UnboundedReceiver<Delivery>>,
+) -> Option<Delivery> {
     match inbox {
         Some(inbox) => inbox.recv().await,
         None => std::future::pending().await,

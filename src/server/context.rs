@@ -11,7 +11,7 @@ use parking_lot::RwLockReadGuard;
 
 use super::Shared;
 use super::clients::ClientHandle;
-use super::pubsub::{Mailbox, Message};
+use super::pubsub::{Delivery, Mailbox};
 use crate::commands::CommandError;
 use crate::commands::multi::Transaction;
 
@@ -35,7 +35,7 @@ pub struct Subscriptions {
     pub patterns: BTreeSet<Bytes>,
     pub mailbox: Option<Arc<Mailbox>>,
     /// Drained by the connection loop into the socket.
-    pub inbox: Option<tokio::sync::mpsc::UnboundedReceiver<Message>>,
+    pub inbox: Option<tokio::sync::mpsc::UnboundedReceiver<Delivery>>,
 }
 
 impl Subscriptions {

@@ -111,7 +111,7 @@ impl StateHost {
 impl Applier for StateHost {
     fn apply(&self, entries: &[Entry], results: &mut Vec<Vec<OpResult>>) {
         let mut events = Vec::new();
-        // Collected only while somebody listens; published after the lock is released, so
+        // Collected only while somebody listens, and published on the pub/sub thread, so
         // subscribers never hold up applying (or the readers waiting for it).
         let mut publish = self.pubsub.wants_events().then(Vec::new);
         let mut machine = self.machine.write();
@@ -145,8 +145,10 @@ impl Applier for StateHost {
         if wake {
             self.expiry_wake.notify_one();
         }
-        if let Some(publish) = publish {
-            self.pubsub.publish_events(&publish);
+        if let Some(publish) = publish
+            && !publish.is_empty()
+        {
+            self.pubsub.publish_events(publish);
         }
     }
 

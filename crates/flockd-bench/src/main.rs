@@ -10,6 +10,7 @@
 mod report;
 mod resp;
 mod servers;
+mod subscribers;
 mod workloads;
 
 use std::fmt::Write as _;
@@ -73,6 +74,14 @@ struct Opts {
     /// Run only the workloads with these ids (comma-separated: w1,w1p,w2,w3,w4).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Also measure workload 1 with this many subscribers on `__flockevent__:*` against none,
+    /// rounds alternating on one flockd (0: skip).
+    #[arg(long, default_value_t = 0)]
+    subscribers: usize,
+    /// The lease of the subscriber comparison's acquires (workload 1's is 5000 ms: a lease
+    /// longer than the run keeps the expiry of earlier rounds' grants out of the comparison).
+    #[arg(long, default_value_t = W1_LEASE_MS)]
+    subscriber_lease_ms: u64,
 }
 
 struct Plan {
@@ -512,6 +521,36 @@ async fn real_main(o: Opts) -> Result<ExitCode, String> {
         for (_, o) in points {
             outcomes.push(o);
         }
+    }
+
+    if o.subscribers > 0 {
+        let conns = if plan.smoke { 8 } else { 50 };
+        let _ = writeln!(
+            md,
+            "#### Subscribers (workload 1, {conns} connections, lease {} ms, without and with {} subscribers on `__flockevent__:*`)\n",
+            o.subscriber_lease_ms, o.subscribers
+        );
+        md.push_str("| fsync | no subscribers ops/s | with subscribers ops/s | ratio | events read per round |\n|---|--:|--:|--:|--:|\n");
+        for fsync in &plan.policies {
+            let mut w = w1(conns, 1);
+            if let Load::Acquire { lease_ms, .. } = &mut w.load {
+                *lease_ms = o.subscriber_lease_ms;
+            }
+            md.push_str(
+                &subscribers::cost(
+                    &flockd,
+                    fsync,
+                    &w,
+                    o.subscribers,
+                    plan.rounds,
+                    plan.duration,
+                    &mut seed,
+                )
+                .await?,
+            );
+            check_abort()?;
+        }
+        md.push('\n');
     }
 
     if !plan.smoke && !o.no_cross_check && kinds.len() == 2 {

@@ -1,0 +1,132 @@
+//! What subscribers cost the command path: workload 1 on one flockd, rounds alternating
+//! between no subscribers and `n` connections on `PSUBSCRIBE __flockevent__:*` that read every
+//! event as it comes; the report gives both medians and their ratio.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::report;
+use crate::servers::{self, Kind};
+use crate::workloads::{self, Workload};
+
+/// One subscriber: subscribes, says so on `ready`, then reads until `stop`; returns the bytes
+/// it received.
+async fn subscriber(
+    addr: SocketAddr,
+    ready: tokio::sync::oneshot::Sender<()>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<u64> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    stream.write_all(b"PSUBSCRIBE __flockevent__:*\r\n").await?;
+    let mut buf = vec![0u8; 64 * 1024];
+    // The confirmation frame ends with the subscription count, `:1\r\n`.
+    let mut got = Vec::new();
+    while !got.ends_with(b":1\r\n") {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Err(std::io::Error::other("closed before subscribing"));
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    let _ = ready.send(());
+    let mut total = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        match tokio::time::timeout(Duration::from_millis(50), stream.read(&mut buf)).await {
+            Ok(Ok(0)) => return Err(std::io::Error::other("disconnected")),
+            Ok(Ok(n)) => total += n as u64,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {}
+        }
+    }
+    Ok(total)
+}
+
+/// The markdown section: rounds alternate which goes first, medians of rounds.
+pub async fn cost(
+    flockd: &Path,
+    fsync: &str,
+    w: &Workload,
+    n: usize,
+    rounds: usize,
+    duration: Duration,
+    seed: &mut u64,
+) -> Result<String, String> {
+    let guard = servers::start(Kind::Flockd, flockd, fsync).await?;
+    let target = &guard.target;
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    let mut received = Vec::new();
+    for round in 0..rounds {
+        for subscribed in [round % 2 == 1, round % 2 == 0] {
+            *seed += 1;
+            if !subscribed {
+                let r = workloads::run(target, w, duration, *seed).await;
+                eprintln!(
+                    "  [{fsync}] {} round {}/{rounds} no subscribers  {:>10} ops/s",
+                    w.title,
+                    round + 1,
+                    report::fmt_int(r.throughput())
+                );
+                without.push(r.throughput());
+                continue;
+            }
+            let stop = Arc::new(AtomicBool::new(false));
+            let mut tasks = Vec::with_capacity(n);
+            for _ in 0..n {
+                let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+                tasks.push((
+                    tokio::spawn(subscriber(target.addr, ready_tx, stop.clone())),
+                    ready_rx,
+                ));
+            }
+            let mut handles = Vec::with_capacity(n);
+            for (task, ready) in tasks {
+                ready
+                    .await
+                    .map_err(|_| "a subscriber could not subscribe".to_string())?;
+                handles.push(task);
+            }
+            let r = workloads::run(target, w, duration, *seed).await;
+            stop.store(true, Ordering::Relaxed);
+            let mut bytes = 0;
+            for h in handles {
+                bytes += h
+                    .await
+                    .map_err(|e| format!("subscriber task: {e}"))?
+                    .map_err(|e| format!("subscriber: {e}"))?;
+            }
+            eprintln!(
+                "  [{fsync}] {} round {}/{rounds} {n} subscribers {:>10} ops/s  ({} MB of events read)",
+                w.title,
+                round + 1,
+                report::fmt_int(r.throughput()),
+                bytes / 1_000_000
+            );
+            with.push(r.throughput());
+            received.push(bytes as f64);
+        }
+    }
+    drop(guard);
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (a, b) = (median(&mut without), median(&mut with));
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "| {fsync} | {} | {} | **{:.2}x** | {:.0} MB |",
+        report::fmt_int(a),
+        report::fmt_int(b),
+        b / a,
+        median(&mut received) / 1e6
+    );
+    Ok(md)
+}
