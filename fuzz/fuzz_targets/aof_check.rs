@@ -9,11 +9,13 @@
 
 #[path = "alloc_limit.rs"]
 mod alloc_limit;
+#[path = "seal.rs"]
+mod seal;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use flockd_aof::record::{FRAME_HEADER_LEN, HEADER, HEADER_V1, checksum, length_is_sane};
+use flockd_aof::record::{HEADER, HEADER_V1};
 use flockd_aof::{AofError, check, fix, load};
 use flockd_core::StateMachine;
 use libfuzzer_sys::fuzz_target;
@@ -36,20 +38,6 @@ fn path() -> &'static PathBuf {
     })
 }
 
-fn seal(buf: &mut [u8], from: usize) {
-    let mut at = from;
-    while at + FRAME_HEADER_LEN <= buf.len() {
-        let len = u32::from_le_bytes(buf[at..at + 4].try_into().unwrap());
-        let end = at + FRAME_HEADER_LEN + len as usize;
-        if !length_is_sane(len) || end > buf.len() {
-            return;
-        }
-        let crc = checksum(len, &buf[at + FRAME_HEADER_LEN..end]);
-        buf[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
-        at = end;
-    }
-}
-
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
         return;
@@ -61,7 +49,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut bytes = [header, rest].concat();
     if mode & 4 != 0 {
-        seal(&mut bytes, header.len());
+        seal::seal(&mut bytes, header.len());
     }
     let path = path();
     std::fs::write(path, &bytes).expect("write the input");
@@ -84,7 +72,10 @@ fuzz_target!(|data: &[u8]| {
     let after_load = std::fs::read(path).expect("read back");
     match (&report.problem, &loaded) {
         (None, Ok(r)) => {
-            assert_eq!((r.truncated_at, r.bytes, r.records), (None, len, report.records));
+            assert_eq!(
+                (r.truncated_at, r.bytes, r.records),
+                (None, len, report.records)
+            );
             assert_eq!(after_load, bytes);
         }
         (Some((offset, _)), Ok(r)) if report.tail_only => {
@@ -95,7 +86,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(at, offset);
             assert_eq!(after_load, bytes);
         }
-        (p, l) => panic!("check found {p:?} (tail only: {}), load gave {l:?}", report.tail_only),
+        (p, l) => panic!(
+            "check found {p:?} (tail only: {}), load gave {l:?}",
+            report.tail_only
+        ),
     }
 
     std::fs::write(path, &bytes).expect("write the input again");
@@ -115,7 +109,10 @@ fuzz_target!(|data: &[u8]| {
         (Some(_), Err(AofError::Corrupt { .. })) if !report.tail_only => {
             assert_eq!(after_fix, bytes, "a refused repair changed the file");
         }
-        (p, f) => panic!("check found {p:?} (tail only: {}), fix gave {f:?}", report.tail_only),
+        (p, f) => panic!(
+            "check found {p:?} (tail only: {}), fix gave {f:?}",
+            report.tail_only
+        ),
     }
 
     let peak = peak_check.max(peak_load);

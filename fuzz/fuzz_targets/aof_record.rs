@@ -12,11 +12,13 @@
 
 #[path = "alloc_limit.rs"]
 mod alloc_limit;
+#[path = "seal.rs"]
+mod seal;
 
 use flockd_aof::Version;
 use flockd_aof::record::{
-    FRAME_HEADER_LEN, Payload, Record, checksum, decode_payload, decode_record, encode_entry,
-    encode_item, encode_snapshot_begin, encode_v1, length_is_sane,
+    FRAME_HEADER_LEN, Payload, Record, decode_payload, decode_record, encode_entry, encode_item,
+    encode_snapshot_begin, encode_v1,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -26,21 +28,6 @@ static ALLOC: alloc_limit::Counting = alloc_limit::Counting;
 /// Allowed peak: the decoded form may copy names and values out of the input, a few times over.
 fn allowance(input_len: usize) -> usize {
     64 * input_len + 64 * 1024
-}
-
-/// Writes the right checksum into every frame that has a sane length and fits.
-fn seal(buf: &mut [u8]) {
-    let mut at = 0;
-    while at + FRAME_HEADER_LEN <= buf.len() {
-        let len = u32::from_le_bytes(buf[at..at + 4].try_into().unwrap());
-        let end = at + FRAME_HEADER_LEN + len as usize;
-        if !length_is_sane(len) || end > buf.len() {
-            return;
-        }
-        let crc = checksum(len, &buf[at + FRAME_HEADER_LEN..end]);
-        buf[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
-        at = end;
-    }
 }
 
 /// The payload bytes the encoder writes for a decoded payload (its frame stripped).
@@ -63,7 +50,11 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
-    let version = if mode & 1 == 0 { Version::V2 } else { Version::V1 };
+    let version = if mode & 1 == 0 {
+        Version::V2
+    } else {
+        Version::V1
+    };
     let ((), peak) = alloc_limit::peak_during(|| {
         if mode & 2 == 0 {
             if let Ok(payload) = decode_payload(version, rest) {
@@ -73,7 +64,7 @@ fuzz_target!(|data: &[u8]| {
         }
         let mut body = rest.to_vec();
         if mode & 4 != 0 {
-            seal(&mut body);
+            seal::seal(&mut body, 0);
         }
         let mut at = 0;
         while at < body.len() {
