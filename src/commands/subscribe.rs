@@ -20,7 +20,8 @@ pub(super) fn frame(kind: &'static str, channel: Option<Bytes>, count: usize) ->
     ])
 }
 
-const FLAGS: CommandFlags = CommandFlags {
+/// The flags of the four (un)subscribe commands: reads of no key, slow as in Redis.
+pub(super) const FLAGS: CommandFlags = CommandFlags {
     fast: false,
     ..CommandFlags::READ
 };

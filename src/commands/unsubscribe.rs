@@ -5,15 +5,10 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::subscribe::frame;
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use super::subscribe::{FLAGS, frame};
+use super::{Args, CommandDef, CommandError, LocalCommand, Meta};
 use crate::server::context::{CommandResult, ConnState, Ctx, Outcome};
 use crate::server::pubsub::PubSub;
-
-const FLAGS: CommandFlags = CommandFlags {
-    fast: false,
-    ..CommandFlags::READ
-};
 
 fn take_all(args: &mut Args) -> Vec<Bytes> {
     std::iter::from_fn(|| args.next_opt()).collect()
