@@ -145,7 +145,7 @@ impl Default for Registry {
 #[derive(Default)]
 pub struct PubSub {
     registry: Arc<Registry>,
-    publisher: OnceLock<Option<std::sync::mpsc::Sender<Vec<Event>>>>,
+    publisher: OnceLock<Option<std::sync::mpsc::SyncSender<Vec<Event>>>>,
 }
 
 impl std::ops::Deref for PubSub {
@@ -157,13 +157,16 @@ impl std::ops::Deref for PubSub {
 
 /// Batches the publisher thread takes at once, at most.
 const PUBLISH_BATCHES: usize = 256;
+/// Batches waiting for the publisher thread, at most: past it, applying waits for the thread
+/// (which keeps the order of events and bounds their memory when publishing falls behind).
+const PUBLISH_BACKLOG: usize = 4096;
 
 impl PubSub {
     /// Publishes what applying a batch changed, on the publisher thread (started with the
     /// first batch; if it cannot start, here and now).
     pub fn publish_events(&self, events: Vec<Event>) {
         let publisher = self.publisher.get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::channel::<Vec<Event>>();
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Event>>(PUBLISH_BACKLOG);
             let registry = self.registry.clone();
             let spawned = std::thread::Builder::new()
                 .name("flockd-pubsub".into())
