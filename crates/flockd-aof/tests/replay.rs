@@ -184,7 +184,7 @@ fn torn_tail_at_every_offset_of_the_last_records() {
             assert_file_holds(&path, &s, whole, &what);
             let warnings: Vec<&String> = lines.iter().filter(|l| l.starts_with("WARN")).collect();
             if torn {
-                assert_eq!(warnings.len(), 1, "{what}: {lines:?}");
+                assert_eq!(warnings.len(), 1, "{what}: {lines:?} {c:?}");
                 let w = warnings[0];
                 assert!(
                     w.contains(&format!("file={}", path.display()))
@@ -338,6 +338,7 @@ fn large_records_are_found_and_cut() {
     let path = dir.join("a.aof");
     // Over the scanner's 1 MiB window: its checksum is computed in chunks.
     let big = vec![Op::FenceSet {
+        lock: None,
         key: Bytes::from_static(b"k"),
         token: 1,
         value: Bytes::from(vec![7u8; 1_500_000]),
@@ -472,6 +473,7 @@ fn not_idempotent(from: u64, to: u64) -> Vec<LogEntry> {
             ops: vec![
                 Op::BumpAll { by: 1 },
                 Op::Acquire {
+                    terms: Default::default(),
                     name: Bytes::from_static(b"reentrant"),
                     lease_ms: 60_000,
                     owner: Some(Bytes::from_static(b"o")),

@@ -195,6 +195,7 @@ pub fn sample_entries(n: usize) -> Vec<LogEntry> {
             let name = b(&format!("lock-{}", i % 5));
             let ops = match i % 12 {
                 0 => vec![Op::Acquire {
+                    terms: Default::default(),
                     name,
                     lease_ms: 30_000,
                     owner: Some(b("owner")),
@@ -209,6 +210,7 @@ pub fn sample_entries(n: usize) -> Vec<LogEntry> {
                 3 => vec![
                     // A transaction: queue, then give up (the wait id is this entry's op 0).
                     Op::Acquire {
+                        terms: Default::default(),
                         name: name.clone(),
                         lease_ms: 5_000,
                         owner: None,
@@ -226,6 +228,7 @@ pub fn sample_entries(n: usize) -> Vec<LogEntry> {
                     token: i * 10,
                 }],
                 6 => vec![Op::FenceSet {
+                    lock: None,
                     key: name,
                     token: i,
                     value: Bytes::from(vec![i as u8; (i % 13) as usize]),
@@ -249,18 +252,21 @@ pub fn sample_entries(n: usize) -> Vec<LogEntry> {
                 10 => vec![Op::BumpAll { by: 3 }],
                 _ => vec![
                     Op::Acquire {
+                        terms: Default::default(),
                         name: name.clone(),
                         lease_ms: 2_000,
                         owner: Some(b("tx")),
                         wait: false,
                     },
                     Op::Acquire {
+                        terms: Default::default(),
                         name,
                         lease_ms: 2_000,
                         owner: Some(b("tx")),
                         wait: false,
                     },
                     Op::FenceSet {
+                        lock: None,
                         key: b("tx-fence"),
                         token: i,
                         value: b("tx"),
@@ -388,6 +394,7 @@ pub fn opts(path: PathBuf, fsync: FsyncPolicy) -> AofOptions {
 
 pub fn fence(key: &str, token: u64) -> Op {
     Op::FenceSet {
+        lock: None,
         key: b(key),
         token,
         value: b(&format!("v{token}")),
@@ -440,6 +447,7 @@ impl Sim {
         };
         match rng.below(12) {
             0..=2 => Op::Acquire {
+                terms: Default::default(),
                 name,
                 lease_ms: 200 + rng.below(2000),
                 owner,
@@ -462,6 +470,7 @@ impl Sim {
                 let key = format!("fence-{}", rng.below(4));
                 let token = (m.fence_token(key.as_bytes()) + rng.below(3)).saturating_sub(1);
                 Op::FenceSet {
+                    lock: None,
                     key: b(&key),
                     token,
                     value: Bytes::from(format!("v{}", rng.next())),
@@ -688,8 +697,16 @@ pub fn holdings_of(m: &StateMachine) -> BTreeMap<Bytes, Holding> {
 
 // ----------------------------------------------------------------------------- log capture
 
-/// Collects the events logged on this thread, one line each: level, then `name=value` fields.
-struct Capture(Arc<Mutex<Vec<String>>>);
+/// Collects the events logged on the thread that set a sink, one line each: level, then
+/// `name=value` fields. Installed once as the global subscriber: with a thread-local default
+/// per test, a callsite first reached on a thread without one could have its interest cached
+/// as "never" while another test was capturing, and that test missed its warning.
+struct Capture;
+
+thread_local! {
+    static SINK: std::cell::RefCell<Option<Arc<Mutex<Vec<String>>>>> =
+        const { std::cell::RefCell::new(None) };
+}
 
 struct Line(String);
 
@@ -713,9 +730,13 @@ impl tracing::Subscriber for Capture {
     fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
 
     fn event(&self, event: &tracing::Event<'_>) {
-        let mut line = Line(event.metadata().level().to_string());
-        event.record(&mut line);
-        self.0.lock().push(line.0);
+        SINK.with(|sink| {
+            if let Some(lines) = sink.borrow().as_ref() {
+                let mut line = Line(event.metadata().level().to_string());
+                event.record(&mut line);
+                lines.lock().push(line.0);
+            }
+        });
     }
 
     fn enter(&self, _: &tracing::span::Id) {}
@@ -725,8 +746,14 @@ impl tracing::Subscriber for Capture {
 
 /// Runs `f` with the lines it logs (on this thread) captured.
 pub fn capture_logs<R>(f: impl FnOnce() -> R) -> (R, Vec<String>) {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(Capture);
+    });
     let lines = Arc::new(Mutex::new(Vec::new()));
-    let r = tracing::subscriber::with_default(Capture(lines.clone()), f);
+    SINK.with(|sink| *sink.borrow_mut() = Some(lines.clone()));
+    let r = f();
+    SINK.with(|sink| *sink.borrow_mut() = None);
     let lines = lines.lock().clone();
     (r, lines)
 }
