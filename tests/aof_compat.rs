@@ -57,7 +57,7 @@ fn status(raw: &mut Raw, name: &str) -> String {
 fn expected_status(name: &str) -> String {
     let held = |token: u64, owner: &str, holds: u32| {
         format!(
-            "name={name} locked=1 token={token} owner={owner} holds={holds} waiters=0 last-token=112"
+            "name={name} locked=1 token={token} owner={owner} holds={holds} waiters=0 last-token=112 holdings=1 limit=1 delay=0"
         )
     };
     match name {
@@ -65,9 +65,13 @@ fn expected_status(name: &str) -> String {
         "released" => held(112, "nil", 1),
         "partly" => held(112, "me", 1),
         "advanced" => {
-            format!("name={name} locked=0 token=nil owner=nil holds=0 waiters=0 last-token=500")
+            format!(
+                "name={name} locked=0 token=nil owner=nil holds=0 waiters=0 last-token=500 holdings=0 limit=0 delay=0"
+            )
         }
-        _ => format!("name={name} locked=0 token=nil owner=nil holds=0 waiters=0 last-token=112"),
+        _ => format!(
+            "name={name} locked=0 token=nil owner=nil holds=0 waiters=0 last-token=112 holdings=0 limit=0 delay=0"
+        ),
     }
 }
 

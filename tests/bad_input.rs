@@ -439,7 +439,7 @@ fn bad_lock_arguments_get_clear_errors_and_change_nothing() {
         ),
         (
             vec!["FLOCK.ACQUIRE", "lk", "1000", "FOREVER"],
-            "-ERR unknown option 'FOREVER' for 'flock.acquire' (expected WAIT ms or OWNER id)\r\n",
+            "-ERR unknown option 'FOREVER' for 'flock.acquire' (expected SHARED, LIMIT n, WAIT ms, OWNER id, SESSION or LOCKDELAY ms)\r\n",
         ),
         (vec!["FLOCK.RENEW", "lk", "0", "1000"], token_err),
         (

@@ -198,7 +198,10 @@ fn resp3_via_url_decodes_status_as_a_map() {
             "ttl",
             "holds",
             "waiters",
-            "last-token"
+            "last-token",
+            "holdings",
+            "limit",
+            "delay",
         ]
     );
     let map: HashMap<String, redis::Value> = redis::from_redis_value_ref(&status).unwrap();

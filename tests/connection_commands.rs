@@ -369,6 +369,7 @@ fn command_introspection() {
         "flock.renew",
         "flock.release",
         "flock.status",
+        "flock.holders",
         "flock.token",
         "flock.ttl",
         "flock.forcerelease",
@@ -437,37 +438,52 @@ fn command_introspection() {
         &["COMMAND", "DOCS", "ping"],
         &format!("*2\r\n$4\r\nping\r\n*10\r\n{ping_docs_fields}{ping_args2}"),
     );
-    // FLOCK.ACQUIRE name lease-ms [WAIT ms] [OWNER id]: the lock name is the key (key spec
-    // 0), integers, and options as optional arguments with a token, field order as Redis.
+    // FLOCK.ACQUIRE name lease-ms [SHARED | LIMIT n] [WAIT ms] [OWNER id] [SESSION]
+    // [LOCKDELAY ms]: the lock name is the key (key spec 0), integers, a choice with its
+    // alternatives, and options as optional arguments with a token, field order as Redis.
     let acquire_docs_fields = concat!(
         "$7\r\nsummary\r\n$82\r\n",
         "Acquires a lock with a lease and returns its fencing token, or null if it is held.\r\n",
         "$5\r\nsince\r\n$5\r\n0.1.0\r\n$5\r\ngroup\r\n$5\r\nflock\r\n",
-        "$10\r\ncomplexity\r\n$4\r\nO(1)\r\n$9\r\narguments\r\n*4\r\n",
+        "$10\r\ncomplexity\r\n$4\r\nO(1)\r\n$9\r\narguments\r\n*7\r\n",
     );
     let acquire_args = [
         "$4\r\nname\r\n$4\r\nname\r\n$4\r\ntype\r\n$3\r\nkey\r\n$14\r\nkey_spec_index\r\n:0\r\n",
         "$4\r\nname\r\n$8\r\nlease-ms\r\n$4\r\ntype\r\n$7\r\ninteger\r\n",
         "$4\r\nname\r\n$2\r\nms\r\n$4\r\ntype\r\n$7\r\ninteger\r\n$5\r\ntoken\r\n$4\r\nWAIT\r\n",
         "$4\r\nname\r\n$2\r\nid\r\n$4\r\ntype\r\n$6\r\nstring\r\n$5\r\ntoken\r\n$5\r\nOWNER\r\n",
+        "$4\r\nname\r\n$7\r\nsession\r\n$4\r\ntype\r\n$10\r\npure-token\r\n$5\r\ntoken\r\n$7\r\nSESSION\r\n",
+        "$4\r\nname\r\n$2\r\nms\r\n$4\r\ntype\r\n$7\r\ninteger\r\n$5\r\ntoken\r\n$9\r\nLOCKDELAY\r\n",
+        "$4\r\nname\r\n$6\r\nshared\r\n$4\r\ntype\r\n$10\r\npure-token\r\n$5\r\ntoken\r\n$6\r\nSHARED\r\n",
+        "$4\r\nname\r\n$1\r\nn\r\n$4\r\ntype\r\n$7\r\ninteger\r\n$5\r\ntoken\r\n$5\r\nLIMIT\r\n",
     ];
     let acquire_docs = |proto: u8| {
         let (map, set) = if proto == 3 { ("%", "~") } else { ("*", "*") };
         let pairs = |n: usize| if proto == 3 { n } else { 2 * n };
         let optional = format!("$5\r\nflags\r\n{set}1\r\n+optional\r\n");
+        let choice = format!(
+            "{map}{}\r\n$4\r\nname\r\n$8\r\nshared_n\r\n$4\r\ntype\r\n$5\r\noneof\r\n\
+             {optional}$9\r\narguments\r\n*2\r\n{map}{}\r\n{}{map}{}\r\n{}",
+            pairs(4),
+            pairs(3),
+            acquire_args[6],
+            pairs(3),
+            acquire_args[7],
+        );
+        let option = |arg: &str| format!("{map}{}\r\n{arg}{optional}", pairs(4));
         format!(
             "{map}{}\r\n$13\r\nflock.acquire\r\n{map}{}\r\n{acquire_docs_fields}\
-             {map}{}\r\n{}{map}{}\r\n{}{map}{}\r\n{}{optional}{map}{}\r\n{}{optional}",
+             {map}{}\r\n{}{map}{}\r\n{}{choice}{}{}{}{}",
             pairs(1),
             pairs(5),
             pairs(3),
             acquire_args[0],
             pairs(2),
             acquire_args[1],
-            pairs(4),
-            acquire_args[2],
-            pairs(4),
-            acquire_args[3],
+            option(acquire_args[2]),
+            option(acquire_args[3]),
+            option(acquire_args[4]),
+            option(acquire_args[5]),
         )
     };
     expect(

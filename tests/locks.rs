@@ -166,14 +166,15 @@ fn status_is_a_flat_array_in_resp2_and_a_map_in_resp3_in_contract_order() {
     let mut r2 = server.raw();
     let mut r3 = server.raw().resp3();
     let free_body = "$4\r\nname\r\n$1\r\ns\r\n$6\r\nlocked\r\n:0\r\n$5\r\ntoken\r\n{NULL}$5\r\nowner\r\n{NULL}\
-                     $3\r\nttl\r\n:-2\r\n$5\r\nholds\r\n:0\r\n$7\r\nwaiters\r\n:0\r\n$10\r\nlast-token\r\n:0\r\n";
+                     $3\r\nttl\r\n:-2\r\n$5\r\nholds\r\n:0\r\n$7\r\nwaiters\r\n:0\r\n$10\r\nlast-token\r\n:0\r\n\
+                     $8\r\nholdings\r\n:0\r\n$5\r\nlimit\r\n:0\r\n$5\r\ndelay\r\n:0\r\n";
     assert_eq!(
         r2.call(&["FLOCK.STATUS", "s"]),
-        format!("*16\r\n{}", free_body.replace("{NULL}", NULL2))
+        format!("*22\r\n{}", free_body.replace("{NULL}", NULL2))
     );
     assert_eq!(
         r3.call(&["FLOCK.STATUS", "s"]),
-        format!("%8\r\n{}", free_body.replace("{NULL}", NULL3))
+        format!("%11\r\n{}", free_body.replace("{NULL}", NULL3))
     );
 
     assert_eq!(
@@ -186,14 +187,15 @@ fn status_is_a_flat_array_in_resp2_and_a_map_in_resp3_in_contract_order() {
     );
     let mut waiter = server.raw();
     queue(&mut waiter, &mut r2, "s", &["60000", "WAIT", "30000"], 1);
-    for (conn, header) in [(&mut r2, "*16\r\n"), (&mut r3, "%8\r\n")] {
+    for (conn, header) in [(&mut r2, "*22\r\n"), (&mut r3, "%11\r\n")] {
         let reply = conn.call(&["FLOCK.STATUS", "s"]);
         // The TTL is the only moving part: read it, check its range, and compare the rest exactly.
         let ttl: i64 = field(&pairs(&reply), "ttl").parse().unwrap();
         assert!(ttl > 0 && ttl <= 60000, "ttl {ttl}");
         let expected = format!(
             "{header}$4\r\nname\r\n$1\r\ns\r\n$6\r\nlocked\r\n:1\r\n$5\r\ntoken\r\n:2\r\n$5\r\nowner\r\n$8\r\nworker-1\r\n\
-             $3\r\nttl\r\n:{ttl}\r\n$5\r\nholds\r\n:2\r\n$7\r\nwaiters\r\n:1\r\n$10\r\nlast-token\r\n:2\r\n"
+             $3\r\nttl\r\n:{ttl}\r\n$5\r\nholds\r\n:2\r\n$7\r\nwaiters\r\n:1\r\n$10\r\nlast-token\r\n:2\r\n\
+             $8\r\nholdings\r\n:1\r\n$5\r\nlimit\r\n:1\r\n$5\r\ndelay\r\n:0\r\n"
         );
         assert_eq!(reply, expected);
     }

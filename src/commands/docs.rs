@@ -33,6 +33,8 @@ pub const INTEGER_NAMES: &[&str] = &[
     "timeout",
     "cursor",
     "numkeys",
+    "numnames",
+    "n",
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,6 +18,12 @@ pub enum CommandError {
     BadName { what: &'static str, max: usize },
     #[error("ERR syntax error")]
     Syntax,
+    #[error("ERR SHARED and LIMIT cannot be combined, and each may be given once")]
+    SharedWithLimit,
+    #[error(
+        "ERR cannot upgrade a shared holding to exclusive: release it first, or acquire exclusively from the start"
+    )]
+    CannotUpgrade,
     #[error("ERR unknown option '{option}' for '{command}' (expected {expected})")]
     UnknownOption {
         command: &'static str,

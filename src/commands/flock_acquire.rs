@@ -1,8 +1,9 @@
-//! FLOCK.ACQUIRE name lease-ms [WAIT ms] [OWNER id]: take the lock and get its next fencing
-//! token; null when it is held (at once, or after WAIT ms in the FIFO queue).
+//! FLOCK.ACQUIRE name lease-ms [SHARED | LIMIT n] [WAIT ms] [OWNER id] [SESSION]
+//! [LOCKDELAY ms]: take a holding of the lock and get its next fencing token; null when it is
+//! not admitted (at once, or after WAIT ms in the FIFO queue).
 
 use bytes::Bytes;
-use flockd_core::{AcquireResult, Op, OpResult};
+use flockd_core::{AcquireResult, Mode, Op, OpResult, THIS_SESSION, Terms};
 use flockd_proto::Reply;
 
 use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
@@ -13,11 +14,78 @@ pub struct FlockAcquire {
     lease_ms: u64,
     wait_ms: u64,
     owner: Option<Bytes>,
+    terms: Terms,
+}
+
+/// The options FLOCK.ACQUIRE and FLOCK.ACQUIREALL share, each at most once.
+#[derive(Default)]
+pub(super) struct AcquireOptions {
+    pub wait_ms: Option<u64>,
+    pub owner: Option<Bytes>,
+    pub session: bool,
+    pub mode: Option<Mode>,
+    pub lock_delay_ms: Option<u64>,
+}
+
+impl AcquireOptions {
+    /// Reads options to the end of the arguments. `modes`: whether SHARED, LIMIT and LOCKDELAY
+    /// are allowed (FLOCK.ACQUIREALL takes only WAIT, OWNER and SESSION).
+    pub fn parse(
+        args: &mut Args,
+        command: &'static str,
+        expected: &'static str,
+        modes: bool,
+    ) -> Result<Self, CommandError> {
+        let mut o = AcquireOptions::default();
+        while let Some(option) = args.next_keyword() {
+            match option.as_str() {
+                "WAIT" if o.wait_ms.is_none() => {
+                    o.wait_ms = Some(args.next_int("WAIT", 0..=args.limits.max_wait_ms)?)
+                }
+                "OWNER" if o.owner.is_none() => o.owner = Some(args.next_lock_name("OWNER id")?),
+                "SESSION" if !o.session => o.session = true,
+                "SHARED" | "LIMIT" if modes && o.mode.is_some() => {
+                    return Err(CommandError::SharedWithLimit);
+                }
+                "SHARED" if modes => o.mode = Some(Mode::Shared),
+                "LIMIT" if modes => {
+                    let n = args.next_int("LIMIT", 1..=u64::from(u16::MAX))?;
+                    o.mode = Some(match n {
+                        1 => Mode::Exclusive,
+                        n => Mode::Limit(n as u16),
+                    });
+                }
+                "LOCKDELAY" if modes && o.lock_delay_ms.is_none() => {
+                    o.lock_delay_ms =
+                        Some(args.next_int("LOCKDELAY", 0..=args.limits.max_lease_ms)?)
+                }
+                "WAIT" | "OWNER" | "SESSION" | "LOCKDELAY" if modes || option != "LOCKDELAY" => {
+                    return Err(CommandError::Syntax);
+                }
+                _ => {
+                    return Err(CommandError::UnknownOption {
+                        command,
+                        option: super::printable(option.as_bytes(), 64),
+                        expected,
+                    });
+                }
+            }
+        }
+        Ok(o)
+    }
+
+    pub fn terms(&self) -> Terms {
+        Terms {
+            mode: self.mode.unwrap_or_default(),
+            session: self.session.then_some(THIS_SESSION),
+            lock_delay_ms: self.lock_delay_ms.unwrap_or(0),
+        }
+    }
 }
 
 impl CommandDef for FlockAcquire {
     const META: Meta = Meta {
-        syntax: "FLOCK.ACQUIRE name lease-ms [WAIT ms] [OWNER id]",
+        syntax: "FLOCK.ACQUIRE name lease-ms [SHARED | LIMIT n] [WAIT ms] [OWNER id] [SESSION] [LOCKDELAY ms]",
         keys: (1, 1, 1),
         group: "flock",
         complexity: "O(1)",
@@ -35,28 +103,18 @@ impl CommandDef for FlockAcquire {
     fn parse(args: &mut Args) -> Result<Self, CommandError> {
         let name = args.next_lock_name("lock name")?;
         let lease_ms = args.next_lease()?;
-        let (mut wait_ms, mut owner) = (None, None);
-        while let Some(option) = args.next_keyword() {
-            match option.as_str() {
-                "WAIT" if wait_ms.is_none() => {
-                    wait_ms = Some(args.next_int("WAIT", 0..=args.limits.max_wait_ms)?)
-                }
-                "OWNER" if owner.is_none() => owner = Some(args.next_lock_name("OWNER id")?),
-                "WAIT" | "OWNER" => return Err(CommandError::Syntax),
-                _ => {
-                    return Err(CommandError::UnknownOption {
-                        command: "flock.acquire",
-                        option: super::printable(option.as_bytes(), 64),
-                        expected: "WAIT ms or OWNER id",
-                    });
-                }
-            }
-        }
+        let options = AcquireOptions::parse(
+            args,
+            "flock.acquire",
+            "SHARED, LIMIT n, WAIT ms, OWNER id, SESSION or LOCKDELAY ms",
+            true,
+        )?;
         Ok(FlockAcquire {
             name,
             lease_ms,
-            wait_ms: wait_ms.unwrap_or(0),
-            owner,
+            wait_ms: options.wait_ms.unwrap_or(0),
+            terms: options.terms(),
+            owner: options.owner,
         })
     }
 }
@@ -72,6 +130,7 @@ impl StateCommand for FlockAcquire {
             lease_ms: self.lease_ms,
             owner: self.owner,
             wait: self.wait_ms > 0,
+            terms: self.terms,
         }
     }
 
@@ -81,6 +140,7 @@ impl StateCommand for FlockAcquire {
         match result {
             OpResult::Acquire(AcquireResult::Granted(token)) => Ok(Reply::Integer(token as i64)),
             OpResult::Acquire(AcquireResult::Busy | AcquireResult::Queued(_)) => Ok(Reply::Null),
+            OpResult::Acquire(AcquireResult::CannotUpgrade) => Err(CommandError::CannotUpgrade),
             other => Err(unexpected(&other)),
         }
     }

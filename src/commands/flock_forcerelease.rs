@@ -42,7 +42,7 @@ impl StateCommand for FlockForceRelease {
 
     fn reply(result: OpResult) -> Result<Reply, CommandError> {
         match result {
-            OpResult::ForceRelease(removed) => Ok(Reply::Integer(removed.into())),
+            OpResult::ForceRelease(removed) => Ok(Reply::Integer(removed as i64)),
             other => Err(unexpected(&other)),
         }
     }

@@ -1,5 +1,6 @@
 //! FLOCK.STATUS name: everything about one lock, as a map (RESP3) or a flat field/value array
-//! (RESP2), in the contract's field order.
+//! (RESP2), in the contract's field order: the most recently granted live holding's fields,
+//! then `holdings`, `limit` and `delay`.
 
 use bytes::Bytes;
 use flockd_proto::Reply;
@@ -22,7 +23,7 @@ impl CommandDef for FlockStatus {
             "flock.status",
             2,
             CommandFlags::READ,
-            "Describes a lock: holder, token, TTL, holds, waiters, counter.",
+            "Describes a lock: its latest holding, waiters, counter, holdings, limit and lock-delay.",
         )
     };
 
@@ -55,6 +56,9 @@ impl StateCommand for FlockStatus {
             field("holds", Reply::Integer(s.holds.into())),
             field("waiters", Reply::Integer(s.waiters as i64)),
             field("last-token", Reply::Integer(s.last_token as i64)),
+            field("holdings", Reply::Integer(s.holdings as i64)),
+            field("limit", Reply::Integer(s.limit)),
+            field("delay", Reply::Integer(s.delay_ms as i64)),
         ]))
     }
 }

@@ -56,6 +56,9 @@ pub struct SubMeta {
     pub summary: &'static str,
 }
 
+/// Finds key positions in a command's arguments (the name is argument 0).
+pub type KeyFinder = fn(&[bytes::Bytes]) -> Vec<usize>;
+
 #[derive(Debug)]
 pub struct Meta {
     /// Lower-case name, as Redis lists it.
@@ -65,6 +68,9 @@ pub struct Meta {
     pub flags: CommandFlags,
     /// Position of the first key (lock name / fence key), 0 if none; last key; step.
     pub keys: (i32, i32, i32),
+    /// Positions of keys that `keys` cannot describe, found in the arguments (the lock of
+    /// `FENCE.SET ... LOCK name`, the names of `FLOCK.ACQUIREALL`): ACL checks them too.
+    pub more_keys: Option<KeyFinder>,
     pub group: &'static str,
     pub since: &'static str,
     pub summary: &'static str,
@@ -89,6 +95,7 @@ impl Meta {
             arity,
             flags,
             keys: (0, 0, 0),
+            more_keys: None,
             group: "connection",
             since: "0.1.0",
             summary,

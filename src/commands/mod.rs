@@ -33,6 +33,7 @@ mod fence_token;
 mod flock_acquire;
 mod flock_advance;
 mod flock_forcerelease;
+mod flock_holders;
 mod flock_hot;
 mod flock_release;
 mod flock_renew;
@@ -221,6 +222,7 @@ command_table! {
     state FlockRenew => flock_renew::FlockRenew,
     state FlockRelease => flock_release::FlockRelease,
     read FlockStatus => flock_status::FlockStatus,
+    read FlockHolders => flock_holders::FlockHolders,
     read FlockToken => flock_token::FlockToken,
     read FlockTtl => flock_ttl::FlockTtl,
     state FlockForceRelease => flock_forcerelease::FlockForceRelease,

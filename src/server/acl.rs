@@ -268,6 +268,14 @@ pub fn check(
             i += step.max(1);
         }
     }
+    for i in meta.more_keys.map_or_else(Vec::new, |find| find(args)) {
+        if let Some(key) = args.get(i)
+            && !conn.user.can_access_key(key)
+        {
+            state.deny(conn, Denial::Key, &String::from_utf8_lossy(key));
+            return Err(CommandError::NoPermKey);
+        }
+    }
     Ok(())
 }
 

@@ -104,10 +104,25 @@ where
             acl_generation,
             transaction: None,
             subscriptions: Default::default(),
+            session_names: Default::default(),
         },
     };
     if let Err(e) = connection.run().await {
         debug!(client = id, "connection ended: {e}");
+    }
+    let names = std::mem::take(&mut connection.conn.session_names);
+    if !names.is_empty() {
+        let op = Op::EndSession {
+            session: id,
+            names: names.into_iter().collect(),
+        };
+        if let Err(e) = commit(&*shared.log, vec![op]).await {
+            // The holdings then end with their leases.
+            tracing::warn!(
+                client = id,
+                "could not end the connection's SESSION holdings: {e}"
+            );
+        }
     }
     crate::commands::unsubscribe::leave_all(&shared.host.pubsub, &mut connection.conn);
     shared.clients.unregister(id);
@@ -332,10 +347,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 }
                 Next::Continue
             }
-            Execution::State(proposal) if proposal.wait_ms > 0 => {
-                return self.blocking(index, started, proposal, args).await;
-            }
-            Execution::State(Proposal { op, reply, .. }) => {
+            Execution::State(mut proposal) => {
+                self.conn.bind_session(&mut proposal.op);
+                if proposal.wait_ms > 0 {
+                    return self.blocking(index, started, proposal, args).await;
+                }
+                let Proposal { op, reply, .. } = proposal;
                 let pending = self.shared.log.propose(vec![op]);
                 self.in_flight += 1;
                 self.pending.push(PendingReply {
@@ -496,6 +513,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     if let Op::Acquire { wait, .. } = &mut op {
                         *wait = false;
                     }
+                    self.conn.bind_session(&mut op);
                     steps.push(Step::Op {
                         result: ops.len(),
                         reply,

@@ -26,6 +26,23 @@ pub struct ConnState {
     /// Between MULTI and EXEC: the queued commands.
     pub transaction: Option<Transaction>,
     pub subscriptions: Subscriptions,
+    /// The names this connection acquired with SESSION: their session holdings end when it
+    /// closes ([`Op::EndSession`]).
+    pub session_names: BTreeSet<Bytes>,
+}
+
+impl ConnState {
+    /// Binds a SESSION acquire to this connection: the command cannot know its connection, so
+    /// it asks for [`flockd_core::THIS_SESSION`] and the connection puts its id in before the op
+    /// is proposed.
+    pub fn bind_session(&mut self, op: &mut Op) {
+        if let Op::Acquire { name, terms, .. } = op
+            && terms.session == Some(flockd_core::THIS_SESSION)
+        {
+            terms.session = Some(self.handle.id);
+            self.session_names.insert(name.clone());
+        }
+    }
 }
 
 /// The connection's pub/sub subscriptions, and its mailbox once it has subscribed.

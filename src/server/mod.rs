@@ -131,6 +131,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     );
     let (position, last_at) = (machine.position(), machine.time());
     let rearm = machine.has_holdings_or_waiters();
+    let end_sessions = machine.has_session_holdings();
     let clock = Clock::continuing_from(last_at);
     let host = Arc::new(StateHost::new(machine, config.hot_locks_capacity));
     host.pubsub.configure(
@@ -156,17 +157,22 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     });
     if rearm {
         // Leases that were live at the stop get their full length from now (a restart never
-        // shortens one); waits died with their connections. Applied now, logged in front of the
-        // next entry written (see `Aof::prepend_applied`).
+        // shortens one); waits died with their connections, and so did every SESSION holding
+        // (after the re-arm, so no waiter of the last run is handed what they free). Applied
+        // now, logged in front of the next entry written (see `Aof::prepend_applied`).
+        let mut ops = vec![Op::Rearm { extra_ms: 0 }];
+        if end_sessions {
+            ops.push(Op::EndAllSessions);
+        }
         let entry = flockd_aof::Entry {
             position: position + 1,
             at: clock.now(),
-            ops: vec![Op::Rearm { extra_ms: 0 }],
+            ops,
         };
         let mut results = Vec::new();
         flockd_aof::Applier::apply(&*host, std::slice::from_ref(&entry), &mut results);
         aof.prepend_applied(entry);
-        info!("re-armed live leases: {results:?}");
+        info!("re-armed live leases, ended the last run's sessions: {results:?}");
     }
     if let Some(by) = bump_tokens {
         let results = commit(&*log, vec![Op::BumpAll { by }])

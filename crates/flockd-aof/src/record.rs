@@ -16,11 +16,17 @@
 //! - `16` entry: `position:u64 at:u64 count:u32` then `count` ops, each `op-tag:u8 fields`
 //!   (op tags: 1 Acquire, 2 Renew, 3 Release, 4 ForceRelease, 5 Advance, 6 FenceSet,
 //!   7 CancelWait, 8 Expire, 9 Rearm, 10 Forget, 11 BumpAll; reads inside a transaction:
-//!   12 Status, 13 Token, 14 Ttl, 15 FenceGet, 16 FenceToken). One entry is one proposal: a
-//!   transaction's ops are one record, so a torn tail drops them together.
+//!   12 Status, 13 Token, 14 Ttl, 15 FenceGet, 16 FenceToken; then 17 Acquire with terms,
+//!   18 FenceSet with a lock, 19 EndSession, 20 EndAllSessions, 21 Holders). One entry is one
+//!   proposal: a transaction's ops are one record, so a torn tail drops them together. An
+//!   acquire with the plain terms is written as tag 1, so such files stay what they were.
 //! - `32` snapshot begin: `position:u64 at:u64`, the log position the snapshot reflects; replay
 //!   skips entries at or below it. Then the snapshot's items: `33` floor, `34` counter,
-//!   `35` holding, `36` waiter, `37` fence (fields in the order of `flockd_core::SnapshotItem`).
+//!   `35` holding, `36` waiter, `37` fence (fields in the order of `flockd_core::SnapshotItem`),
+//!   `38` holding and `39` waiter with terms other than the plain ones, `40` lock-delay.
+//!
+//! Terms: `kind:u8` (0 exclusive, 1 shared, 2 limit) `n:u32` (the limit, 1..=65535, 0 unless
+//! limit) `session:Option<u64>` (flag byte then the id) `lock_delay_ms:u64`.
 //!
 //! **Version 1** (read only): one applied change per record, tags 1 Grant, 2 Renew, 3 Release,
 //! 4 Expire, 5 ForceRelease, 6 Advance, 7 FenceSet, 8 Floor (`flockd_core::V1Change`).
@@ -31,7 +37,7 @@
 //! the payload holds, and requires the payload to be consumed exactly; it never panics.
 
 use bytes::Bytes;
-use flockd_core::{HoldingRef, Millis, Op, Read, SnapshotItem, V1Change, WaitId};
+use flockd_core::{HoldingRef, Millis, Mode, Op, Read, SnapshotItem, Terms, V1Change, WaitId};
 
 /// The header of the files written today: magic `FLOCKAO` and format version `2`.
 pub const HEADER: [u8; 8] = *b"FLOCKAO2";
@@ -83,6 +89,9 @@ mod tag {
     pub const HOLDING: u8 = 35;
     pub const WAITER: u8 = 36;
     pub const FENCE: u8 = 37;
+    pub const HOLDING_WITH_TERMS: u8 = 38;
+    pub const WAITER_WITH_TERMS: u8 = 39;
+    pub const DELAY: u8 = 40;
 
     pub const OP_ACQUIRE: u8 = 1;
     pub const OP_RENEW: u8 = 2;
@@ -100,6 +109,11 @@ mod tag {
     pub const OP_READ_TTL: u8 = 14;
     pub const OP_READ_FENCE_GET: u8 = 15;
     pub const OP_READ_FENCE_TOKEN: u8 = 16;
+    pub const OP_ACQUIRE_WITH_TERMS: u8 = 17;
+    pub const OP_FENCE_SET_LOCK: u8 = 18;
+    pub const OP_END_SESSION: u8 = 19;
+    pub const OP_END_ALL_SESSIONS: u8 = 20;
+    pub const OP_READ_HOLDERS: u8 = 21;
 }
 
 /// Why a payload could not be encoded.
@@ -122,6 +136,8 @@ pub enum DecodeError {
     Truncated,
     #[error("bad flag byte {0}")]
     BadFlag(u8),
+    #[error("bad lock mode {kind} (limit {limit})")]
+    BadMode { kind: u8, limit: u32 },
     #[error("{0} unused bytes after the record's fields")]
     Trailing(usize),
 }
@@ -213,6 +229,20 @@ impl<'a> Frame<'a> {
         }
     }
 
+    fn terms(&mut self, terms: &Terms) -> &mut Self {
+        let (kind, limit) = match terms.mode {
+            Mode::Exclusive => (0, 0),
+            Mode::Shared => (1, 0),
+            Mode::Limit(n) => (2, u32::from(n)),
+        };
+        self.u8(kind).u32(limit);
+        match terms.session {
+            Some(id) => self.u8(1).u64(id),
+            None => self.u8(0),
+        };
+        self.u64(terms.lock_delay_ms)
+    }
+
     fn wait(&mut self, w: WaitId) -> &mut Self {
         self.u64(w.position).u32(w.index)
     }
@@ -240,12 +270,21 @@ fn put_op(f: &mut Frame<'_>, op: &Op) {
             lease_ms,
             owner,
             wait,
+            terms,
         } => {
-            f.u8(tag::OP_ACQUIRE)
-                .bytes(name)
-                .u64(*lease_ms)
-                .opt_bytes(owner.as_deref())
-                .u8(u8::from(*wait));
+            let plain = terms.is_plain();
+            f.u8(if plain {
+                tag::OP_ACQUIRE
+            } else {
+                tag::OP_ACQUIRE_WITH_TERMS
+            })
+            .bytes(name)
+            .u64(*lease_ms)
+            .opt_bytes(owner.as_deref())
+            .u8(u8::from(*wait));
+            if !plain {
+                f.terms(terms);
+            }
         }
         Op::Renew {
             name,
@@ -263,8 +302,36 @@ fn put_op(f: &mut Frame<'_>, op: &Op) {
         Op::Advance { name, token } => {
             f.u8(tag::OP_ADVANCE).bytes(name).u64(*token);
         }
-        Op::FenceSet { key, token, value } => {
+        Op::FenceSet {
+            key,
+            token,
+            value,
+            lock: None,
+        } => {
             f.u8(tag::OP_FENCE_SET).bytes(key).u64(*token).bytes(value);
+        }
+        Op::FenceSet {
+            key,
+            token,
+            value,
+            lock: Some(lock),
+        } => {
+            f.u8(tag::OP_FENCE_SET_LOCK)
+                .bytes(key)
+                .u64(*token)
+                .bytes(value)
+                .bytes(lock);
+        }
+        Op::EndSession { session, names } => {
+            f.u8(tag::OP_END_SESSION)
+                .u64(*session)
+                .u32(names.len() as u32);
+            for name in names {
+                f.bytes(name);
+            }
+        }
+        Op::EndAllSessions => {
+            f.u8(tag::OP_END_ALL_SESSIONS);
         }
         Op::CancelWait {
             name,
@@ -297,6 +364,7 @@ fn put_op(f: &mut Frame<'_>, op: &Op) {
         Op::Read(read) => {
             let (t, key) = match read {
                 Read::Status { name } => (tag::OP_READ_STATUS, name),
+                Read::Holders { name } => (tag::OP_READ_HOLDERS, name),
                 Read::Token { name } => (tag::OP_READ_TOKEN, name),
                 Read::Ttl { name } => (tag::OP_READ_TTL, name),
                 Read::FenceGet { key } => (tag::OP_READ_FENCE_GET, key),
@@ -352,8 +420,15 @@ pub fn encode_item(item: &SnapshotItem<'_>, out: &mut Vec<u8>) -> Result<(), Rec
             lease_ms,
             deadline,
             grants,
+            terms,
         } => {
-            let mut f = Frame::begin(out, tag::HOLDING);
+            let plain = terms.is_plain();
+            let t = if plain {
+                tag::HOLDING
+            } else {
+                tag::HOLDING_WITH_TERMS
+            };
+            let mut f = Frame::begin(out, t);
             f.bytes(name)
                 .u64(*first_token)
                 .u64(*token)
@@ -365,6 +440,9 @@ pub fn encode_item(item: &SnapshotItem<'_>, out: &mut Vec<u8>) -> Result<(), Rec
             for (wait, token) in grants {
                 f.wait(*wait).u64(*token);
             }
+            if !plain {
+                f.terms(terms);
+            }
             f
         }
         SnapshotItem::Waiter {
@@ -372,9 +450,24 @@ pub fn encode_item(item: &SnapshotItem<'_>, out: &mut Vec<u8>) -> Result<(), Rec
             wait,
             owner,
             lease_ms,
+            terms,
         } => {
-            let mut f = Frame::begin(out, tag::WAITER);
+            let plain = terms.is_plain();
+            let t = if plain {
+                tag::WAITER
+            } else {
+                tag::WAITER_WITH_TERMS
+            };
+            let mut f = Frame::begin(out, t);
             f.bytes(name).wait(*wait).opt_bytes(*owner).u64(*lease_ms);
+            if !plain {
+                f.terms(terms);
+            }
+            f
+        }
+        SnapshotItem::Delay { name, until } => {
+            let mut f = Frame::begin(out, tag::DELAY);
+            f.bytes(name).u64(until.0);
             f
         }
         SnapshotItem::Fence { key, token, value } => {
@@ -509,6 +602,30 @@ impl<'a> Cursor<'a> {
         Ok(self.opt_slice()?.map(Bytes::copy_from_slice))
     }
 
+    /// Terms if the tag says they follow, else the plain ones.
+    fn terms_if(&mut self, present: bool) -> Result<Terms, DecodeError> {
+        if !present {
+            return Ok(Terms::default());
+        }
+        let (kind, limit) = (self.u8()?, self.u32()?);
+        let mode = match (kind, limit) {
+            (0, 0) => Mode::Exclusive,
+            (1, 0) => Mode::Shared,
+            (2, n @ 1..=0xffff) => Mode::Limit(n as u16),
+            _ => return Err(DecodeError::BadMode { kind, limit }),
+        };
+        let session = if self.flag()? {
+            Some(self.u64()?)
+        } else {
+            None
+        };
+        Ok(Terms {
+            mode,
+            session,
+            lock_delay_ms: self.u64()?,
+        })
+    }
+
     fn wait(&mut self) -> Result<WaitId, DecodeError> {
         Ok(WaitId {
             position: self.u64()?,
@@ -541,11 +658,12 @@ impl<'a> Cursor<'a> {
 
 fn op(c: &mut Cursor<'_>) -> Result<Op, DecodeError> {
     Ok(match c.u8()? {
-        tag::OP_ACQUIRE => Op::Acquire {
+        t @ (tag::OP_ACQUIRE | tag::OP_ACQUIRE_WITH_TERMS) => Op::Acquire {
             name: c.bytes()?,
             lease_ms: c.u64()?,
             owner: c.opt_bytes()?,
             wait: c.flag()?,
+            terms: c.terms_if(t == tag::OP_ACQUIRE_WITH_TERMS)?,
         },
         tag::OP_RENEW => Op::Renew {
             name: c.bytes()?,
@@ -561,11 +679,21 @@ fn op(c: &mut Cursor<'_>) -> Result<Op, DecodeError> {
             name: c.bytes()?,
             token: c.u64()?,
         },
-        tag::OP_FENCE_SET => Op::FenceSet {
+        t @ (tag::OP_FENCE_SET | tag::OP_FENCE_SET_LOCK) => Op::FenceSet {
             key: c.bytes()?,
             token: c.u64()?,
             value: c.bytes()?,
+            lock: if t == tag::OP_FENCE_SET_LOCK {
+                Some(c.bytes()?)
+            } else {
+                None
+            },
         },
+        tag::OP_END_SESSION => Op::EndSession {
+            session: c.u64()?,
+            names: c.many(Cursor::bytes)?,
+        },
+        tag::OP_END_ALL_SESSIONS => Op::EndAllSessions,
         tag::OP_CANCEL_WAIT => Op::CancelWait {
             name: c.bytes()?,
             wait: c.wait()?,
@@ -585,6 +713,7 @@ fn op(c: &mut Cursor<'_>) -> Result<Op, DecodeError> {
         },
         tag::OP_BUMP_ALL => Op::BumpAll { by: c.u64()? },
         tag::OP_READ_STATUS => Op::Read(Read::Status { name: c.bytes()? }),
+        tag::OP_READ_HOLDERS => Op::Read(Read::Holders { name: c.bytes()? }),
         tag::OP_READ_TOKEN => Op::Read(Read::Token { name: c.bytes()? }),
         tag::OP_READ_TTL => Op::Read(Read::Ttl { name: c.bytes()? }),
         tag::OP_READ_FENCE_GET => Op::Read(Read::FenceGet { key: c.bytes()? }),
@@ -611,7 +740,7 @@ pub fn decode_v2(payload: &[u8]) -> Result<Record<'_>, DecodeError> {
             name: c.slice()?,
             token: c.u64()?,
         }),
-        tag::HOLDING => Record::Item(SnapshotItem::Holding {
+        t @ (tag::HOLDING | tag::HOLDING_WITH_TERMS) => Record::Item(SnapshotItem::Holding {
             name: c.slice()?,
             first_token: c.u64()?,
             token: c.u64()?,
@@ -620,12 +749,18 @@ pub fn decode_v2(payload: &[u8]) -> Result<Record<'_>, DecodeError> {
             lease_ms: c.u64()?,
             deadline: Millis(c.u64()?),
             grants: c.many(|c| Ok((c.wait()?, c.u64()?)))?,
+            terms: c.terms_if(t == tag::HOLDING_WITH_TERMS)?,
         }),
-        tag::WAITER => Record::Item(SnapshotItem::Waiter {
+        t @ (tag::WAITER | tag::WAITER_WITH_TERMS) => Record::Item(SnapshotItem::Waiter {
             name: c.slice()?,
             wait: c.wait()?,
             owner: c.opt_slice()?,
             lease_ms: c.u64()?,
+            terms: c.terms_if(t == tag::WAITER_WITH_TERMS)?,
+        }),
+        tag::DELAY => Record::Item(SnapshotItem::Delay {
+            name: c.slice()?,
+            until: Millis(c.u64()?),
         }),
         tag::FENCE => Record::Item(SnapshotItem::Fence {
             key: c.slice()?,
@@ -689,7 +824,7 @@ pub fn decode_payload(version: Version, payload: &[u8]) -> Result<Payload<'_>, D
 pub(crate) fn tag_is_known(version: Version, t: u8) -> bool {
     match version {
         Version::V1 => (tag::V1_GRANT..=tag::V1_FLOOR).contains(&t),
-        Version::V2 => t == tag::ENTRY || (tag::SNAPSHOT_BEGIN..=tag::FENCE).contains(&t),
+        Version::V2 => t == tag::ENTRY || (tag::SNAPSHOT_BEGIN..=tag::DELAY).contains(&t),
     }
 }
 

@@ -1306,6 +1306,7 @@ mod tests {
 
     fn fence(key: &str, token: u64) -> Op {
         Op::FenceSet {
+            lock: None,
             key: Bytes::copy_from_slice(key.as_bytes()),
             token,
             value: Bytes::from(format!("value-{token}")),

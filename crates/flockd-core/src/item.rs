@@ -1,5 +1,6 @@
 //! One item of a snapshot: a piece of state that rebuilds itself (see [`crate::Snapshot`]).
 
+use crate::terms::Terms;
 use crate::{Millis, WaitId};
 
 /// One piece of state. Borrowed, so that writing a snapshot of ten million names copies no
@@ -10,7 +11,8 @@ pub enum SnapshotItem<'a> {
     Floor { token: u64 },
     /// The name's counter is at least `token`.
     Counter { name: &'a [u8], token: u64 },
-    /// The name is held: tokens `first_token..=token` belong to the holding.
+    /// A holding of the name: tokens `first_token..=token` belong to it. A name's holdings come
+    /// in grant order.
     Holding {
         name: &'a [u8],
         first_token: u64,
@@ -20,6 +22,7 @@ pub enum SnapshotItem<'a> {
         lease_ms: u64,
         deadline: Millis,
         grants: Vec<(WaitId, u64)>,
+        terms: Terms,
     },
     /// A queued waiter; a name's waiters come in queue order.
     Waiter {
@@ -27,7 +30,10 @@ pub enum SnapshotItem<'a> {
         wait: WaitId,
         owner: Option<&'a [u8]>,
         lease_ms: u64,
+        terms: Terms,
     },
+    /// The name grants nothing before `until` (lock-delay).
+    Delay { name: &'a [u8], until: Millis },
     /// A fence key's highest accepted token and its value.
     Fence {
         key: &'a [u8],

@@ -18,6 +18,7 @@ pub mod machine;
 pub mod op;
 pub mod snapshot;
 pub mod table;
+pub mod terms;
 pub mod time;
 pub mod v1;
 
@@ -28,7 +29,8 @@ pub use item::SnapshotItem;
 pub use machine::{Applied, StateMachine};
 pub use op::{AcquireResult, CancelResult, HoldingRef, Op, OpResult, Read, WaitId};
 pub use snapshot::Snapshot;
-pub use table::{LockStats, LockStatus};
+pub use table::{HolderStatus, LockStats, LockStatus};
+pub use terms::{Mode, THIS_SESSION, Terms};
 pub use time::Millis;
 pub use v1::V1Change;
 

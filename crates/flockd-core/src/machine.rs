@@ -8,7 +8,7 @@ use crate::snapshot::Snapshot;
 use crate::table::{Acquire, LockTable, V1HoldingChange};
 use crate::{
     AcquireResult, Event, FenceStats, HoldingRef, LockStats, LockStatus, Millis, Op, OpResult,
-    Read, V1Change, WaitId,
+    Read, Terms, V1Change, WaitId,
 };
 
 /// The result of one op and the events it caused, in the order they happened.
@@ -62,12 +62,14 @@ impl StateMachine {
                 lease_ms,
                 owner,
                 wait,
+                terms,
             } => {
                 let request = Acquire {
                     wait_id: WaitId { position, index },
                     owner,
                     lease_ms: *lease_ms,
                     wait: *wait,
+                    terms: *terms,
                 };
                 OpResult::Acquire(locks.acquire(name, request, at, events))
             }
@@ -83,9 +85,21 @@ impl StateMachine {
                 OpResult::ForceRelease(locks.force_release(name, at, events))
             }
             Op::Advance { name, token } => OpResult::Advance(locks.advance(name, *token, events)),
-            Op::FenceSet { key, token, value } => {
-                OpResult::FenceSet(self.fences.set(key, *token, value))
+            Op::FenceSet {
+                key,
+                token,
+                value,
+                lock,
+            } => {
+                let held = lock
+                    .as_ref()
+                    .is_none_or(|name| locks.is_held_by(name, *token, at));
+                OpResult::FenceSet(held && self.fences.set(key, *token, value))
             }
+            Op::EndSession { session, names } => {
+                OpResult::EndSession(locks.end_session(*session, names, at, events))
+            }
+            Op::EndAllSessions => OpResult::EndSession(locks.end_all_sessions(at, events)),
             Op::CancelWait {
                 name,
                 wait,
@@ -117,6 +131,7 @@ impl StateMachine {
     pub fn read(&self, read: &Read, now: Millis) -> OpResult {
         match read {
             Read::Status { name } => OpResult::Status(name.clone(), self.status(name, now)),
+            Read::Holders { name } => OpResult::Holders(self.locks.holders(name, now)),
             Read::Token { name } => OpResult::Token(self.last_token(name)),
             Read::Ttl { name } => OpResult::Ttl(self.ttl(name, now)),
             Read::FenceGet { key } => OpResult::FenceValue(self.fence_value(key)),
@@ -232,6 +247,11 @@ impl StateMachine {
         stats.locks_held > 0 || stats.waiters > 0
     }
 
+    /// Whether a start has session holdings of an earlier run to end ([`Op::EndAllSessions`]).
+    pub fn has_session_holdings(&self) -> bool {
+        self.locks.has_session_holdings()
+    }
+
     // ------------------------------------------------------------------------- snapshots
 
     /// The state now, detached: costs a copy of the shard pointers, so it can be taken under
@@ -279,6 +299,7 @@ impl StateMachine {
                 lease_ms: *lease_ms,
                 deadline: Millis(u64::MAX),
                 grants: Vec::new(),
+                terms: Terms::default(),
             }),
             V1Change::Renew { name, lease_ms } => self
                 .locks

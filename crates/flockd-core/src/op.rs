@@ -10,6 +10,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::LockError;
+use crate::table::HolderStatus;
+use crate::terms::Terms;
 
 /// Identifies one queued waiter: the log position of the op that queued it and the op's index
 /// within its entry (a transaction puts several ops in one entry). Unique for the whole life of
@@ -38,6 +40,7 @@ pub enum Op {
         lease_ms: u64,
         owner: Option<Bytes>,
         wait: bool,
+        terms: Terms,
     },
     /// FLOCK.RENEW: reset the lease of the holding `token` belongs to.
     Renew {
@@ -47,15 +50,22 @@ pub enum Op {
     },
     /// FLOCK.RELEASE: remove one hold of the holding `token` belongs to.
     Release { name: Bytes, token: u64 },
-    /// FLOCK.FORCERELEASE: remove the holding, whatever its holds.
+    /// FLOCK.FORCERELEASE: remove every holding, whatever its holds.
     ForceRelease { name: Bytes },
+    /// Connection `session` closed: its `SESSION` holdings on `names` (the names it acquired
+    /// with SESSION, as the connection kept them) end now.
+    EndSession { session: u64, names: Vec<Bytes> },
+    /// A start: no connection of an earlier run is left, so every `SESSION` holding ends.
+    EndAllSessions,
     /// FLOCK.ADVANCE: the name's counter becomes at least `token`.
     Advance { name: Bytes, token: u64 },
-    /// FENCE.SET: store `value` if `token` is not below the key's highest accepted token.
+    /// FENCE.SET: store `value` if `token` is not below the key's highest accepted token and,
+    /// with `lock`, belongs to a live holding of that lock.
     FenceSet {
         key: Bytes,
         token: u64,
         value: Bytes,
+        lock: Option<Bytes>,
     },
     /// A waiter gave up: its wait timed out (`release_if_granted: false`, the client is told
     /// the token if the grant won the race) or its connection closed (`true`: a grant that won
@@ -88,6 +98,7 @@ pub enum Op {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Read {
     Status { name: Bytes },
+    Holders { name: Bytes },
     Token { name: Bytes },
     Ttl { name: Bytes },
     FenceGet { key: Bytes },
@@ -105,11 +116,19 @@ impl Op {
             | Op::Advance { name, .. }
             | Op::CancelWait { name, .. } => Some(name),
             Op::FenceSet { key, .. } => Some(key),
-            Op::Read(Read::Status { name } | Read::Token { name } | Read::Ttl { name }) => {
-                Some(name)
-            }
+            Op::Read(
+                Read::Status { name }
+                | Read::Holders { name }
+                | Read::Token { name }
+                | Read::Ttl { name },
+            ) => Some(name),
             Op::Read(Read::FenceGet { key } | Read::FenceToken { key }) => Some(key),
-            Op::Expire { .. } | Op::Rearm { .. } | Op::Forget { .. } | Op::BumpAll { .. } => None,
+            Op::Expire { .. }
+            | Op::Rearm { .. }
+            | Op::Forget { .. }
+            | Op::BumpAll { .. }
+            | Op::EndSession { .. }
+            | Op::EndAllSessions => None,
         }
     }
 }
@@ -123,6 +142,9 @@ pub enum AcquireResult {
     Busy,
     /// Queued. An [`crate::Event::Granted`] with this wait id hands it the lock later.
     Queued(WaitId),
+    /// The owner holds the name shared (or as a permit) and asked for it exclusively: waiting
+    /// would wait for itself.
+    CannotUpgrade,
 }
 
 /// What cancelling a wait found.
@@ -142,8 +164,10 @@ pub enum OpResult {
     Renew(Result<(), LockError>),
     /// `Ok(true)`: the lock is free now; `Ok(false)`: a reentrant hold remains.
     Release(Result<bool, LockError>),
-    /// Whether a holding was removed.
-    ForceRelease(bool),
+    /// How many holdings were removed.
+    ForceRelease(usize),
+    /// How many session holdings ended.
+    EndSession(usize),
     /// The name's counter after the op.
     Advance(u64),
     /// Whether the value was stored.
@@ -162,6 +186,8 @@ pub enum OpResult {
     BumpAll(usize),
     /// FLOCK.STATUS of the name.
     Status(Bytes, crate::LockStatus),
+    /// FLOCK.HOLDERS: the live holdings in grant order.
+    Holders(Vec<HolderStatus>),
     /// FLOCK.TOKEN and FENCE.TOKEN.
     Token(u64),
     Ttl(i64),

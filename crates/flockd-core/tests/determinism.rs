@@ -15,8 +15,8 @@ use std::hash::{Hash, Hasher};
 
 use bytes::Bytes;
 use flockd_core::{
-    AcquireResult, Event, HoldingRef, MAX_TOKEN, Millis, Op, OpResult, Snapshot, SnapshotItem,
-    StateMachine, WaitId,
+    AcquireResult, Event, HoldingRef, MAX_TOKEN, Millis, Mode, Op, OpResult, Snapshot,
+    SnapshotItem, StateMachine, Terms, WaitId,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -39,6 +39,13 @@ enum Gen {
         lease: u64,
         owner: usize,
         wait: bool,
+        /// 0 exclusive, 1 shared, 2.. `LIMIT n`.
+        mode: u16,
+        session: Option<u64>,
+        lock_delay: u64,
+    },
+    EndSession {
+        session: u64,
     },
     Renew {
         name: usize,
@@ -94,8 +101,20 @@ enum Gen {
 fn gen_op() -> impl Strategy<Value = Gen> {
     let name = 0..NAMES.len();
     prop_oneof![
-        8 => (name.clone(), 1..150u64, 0..OWNERS.len(), prop::bool::weighted(0.6))
-            .prop_map(|(name, lease, owner, wait)| Gen::Acquire { name, lease, owner, wait }),
+        8 => (
+            (name.clone(), 1..150u64, 0..OWNERS.len(), prop::bool::weighted(0.6)),
+            (0..5u16, prop::option::weighted(0.2, 1..3u64), prop_oneof![3 => Just(0u64), 1 => 1..80u64]),
+        )
+            .prop_map(|((name, lease, owner, wait), (mode, session, lock_delay))| Gen::Acquire {
+                name,
+                lease,
+                owner,
+                wait,
+                mode,
+                session,
+                lock_delay,
+            }),
+        1 => (1..3u64).prop_map(|session| Gen::EndSession { session }),
         2 => (name.clone(), any::<Index>(), 1..60u64)
             .prop_map(|(name, token, lease)| Gen::Renew { name, token, lease }),
         3 => (name.clone(), any::<Index>()).prop_map(|(name, token)| Gen::Release { name, token }),
@@ -211,7 +230,19 @@ fn concretize(g: &Gen, sm: &mut StateMachine, seen: &Seen, now: Millis) -> Optio
             lease,
             owner,
             wait,
+            mode,
+            session,
+            lock_delay,
         } => Op::Acquire {
+            terms: Terms {
+                mode: match mode {
+                    0 => Mode::Exclusive,
+                    1 => Mode::Shared,
+                    n => Mode::Limit(n),
+                },
+                session,
+                lock_delay_ms: lock_delay,
+            },
             name: name(n),
             lease_ms: lease,
             owner: OWNERS[owner].map(bytes),
@@ -231,6 +262,10 @@ fn concretize(g: &Gen, sm: &mut StateMachine, seen: &Seen, now: Millis) -> Optio
             token: seen.token(sm, n, token),
         },
         Gen::ForceRelease { name: n } => Op::ForceRelease { name: name(n) },
+        Gen::EndSession { session } => Op::EndSession {
+            session,
+            names: NAMES.iter().map(|n| bytes(n)).collect(),
+        },
         Gen::Advance {
             name: n,
             offset,
@@ -247,6 +282,7 @@ fn concretize(g: &Gen, sm: &mut StateMachine, seen: &Seen, now: Millis) -> Optio
             }
         }
         Gen::FenceSet { key, token, value } => Op::FenceSet {
+            lock: None,
             key: bytes(KEYS[key]),
             token,
             value: Bytes::from(vec![b'v', value]),
@@ -318,13 +354,16 @@ enum Item {
         lease_ms: u64,
         deadline: Millis,
         grants: Vec<(WaitId, u64)>,
+        terms: Terms,
     },
     Waiter {
         name: Vec<u8>,
         wait: WaitId,
         owner: Option<Vec<u8>>,
         lease_ms: u64,
+        terms: Terms,
     },
+    Delay(Vec<u8>, Millis),
     Fence(Vec<u8>, u64, Vec<u8>),
 }
 
@@ -342,6 +381,7 @@ impl Item {
                 lease_ms,
                 deadline,
                 grants,
+                terms,
             } => Item::Holding {
                 name: name.to_vec(),
                 first_token,
@@ -351,21 +391,25 @@ impl Item {
                 lease_ms,
                 deadline,
                 grants,
+                terms,
             },
             SnapshotItem::Waiter {
                 name,
                 wait,
                 owner,
                 lease_ms,
+                terms,
             } => Item::Waiter {
                 name: name.to_vec(),
                 wait,
                 owner: owner.map(<[u8]>::to_vec),
                 lease_ms,
+                terms,
             },
             SnapshotItem::Fence { key, token, value } => {
                 Item::Fence(key.to_vec(), token, value.to_vec())
             }
+            SnapshotItem::Delay { name, until } => Item::Delay(name.to_vec(), until),
         }
     }
 
@@ -385,7 +429,9 @@ impl Item {
                 lease_ms,
                 deadline,
                 grants,
+                terms,
             } => SnapshotItem::Holding {
+                terms: *terms,
                 name,
                 first_token: *first_token,
                 token: *token,
@@ -400,11 +446,17 @@ impl Item {
                 wait,
                 owner,
                 lease_ms,
+                terms,
             } => SnapshotItem::Waiter {
+                terms: *terms,
                 name,
                 wait: *wait,
                 owner: owner.as_deref(),
                 lease_ms: *lease_ms,
+            },
+            Item::Delay(name, until) => SnapshotItem::Delay {
+                name,
+                until: *until,
             },
             Item::Fence(key, token, value) => SnapshotItem::Fence {
                 key,
@@ -419,9 +471,10 @@ impl Item {
     fn key(&self) -> (u8, &[u8]) {
         match self {
             Item::Floor(_) => (0, b""),
-            Item::Counter(name, _) | Item::Holding { name, .. } | Item::Waiter { name, .. } => {
-                (1, name)
-            }
+            Item::Counter(name, _)
+            | Item::Holding { name, .. }
+            | Item::Waiter { name, .. }
+            | Item::Delay(name, _) => (1, name),
             Item::Fence(key, _, _) => (2, key),
         }
     }
@@ -504,11 +557,13 @@ fn mutate(sm: &mut StateMachine, mutation: &Mutation) -> Option<bool> {
             }
         }
         Mutation::Fence(k) => Op::FenceSet {
+            lock: None,
             key: bytes(KEYS[k]),
             token: sm.fence_token(KEYS[k]) + 1,
             value: bytes(b"mutated"),
         },
         Mutation::Queue(n) => Op::Acquire {
+            terms: Default::default(),
             name: bytes(NAMES[n]),
             lease_ms: 10,
             owner: Some(bytes(b"mutant")),
@@ -639,12 +694,14 @@ proptest! {
 fn the_same_log_gives_the_same_digest_on_two_fresh_machines() {
     let ops = [
         Op::Acquire {
+            terms: Default::default(),
             name: bytes(b"a"),
             lease_ms: 100,
             owner: Some(bytes(b"x")),
             wait: false,
         },
         Op::Acquire {
+            terms: Default::default(),
             name: bytes(b"a"),
             lease_ms: 100,
             owner: None,
@@ -655,6 +712,7 @@ fn the_same_log_gives_the_same_digest_on_two_fresh_machines() {
             token: 9,
         },
         Op::FenceSet {
+            lock: None,
             key: bytes(b"f"),
             token: 2,
             value: bytes(b"v"),
@@ -688,6 +746,7 @@ fn the_digest_sees_every_part_of_the_state() {
     };
     let holding =
         |first_token, token, holds, owner: &[u8], lease_ms, deadline, grants| Item::Holding {
+            terms: Default::default(),
             name: b"a".to_vec(),
             first_token,
             token,
@@ -698,6 +757,7 @@ fn the_digest_sees_every_part_of_the_state() {
             grants,
         };
     let waiter = |wait, owner: Option<&[u8]>, lease_ms| Item::Waiter {
+        terms: Default::default(),
         name: b"a".to_vec(),
         wait,
         owner: owner.map(<[u8]>::to_vec),

@@ -370,6 +370,9 @@ impl MLock {
             ttl_ms: h.map_or(-2, |h| (h.deadline - now) as i64),
             holds: h.map_or(0, |h| h.holds),
             waiters: self.queue.len(),
+            holdings: usize::from(h.is_some()),
+            limit: i64::from(h.is_some()),
+            delay_ms: 0,
             last_token: self.counter,
         }
     }
@@ -513,6 +516,7 @@ impl Run {
                     self.waits.push((name, wait_id));
                 }
                 let op = Op::Acquire {
+                    terms: Default::default(),
                     name: name_bytes(name),
                     lease_ms: lease,
                     owner: owner_bytes(owner),
@@ -548,7 +552,7 @@ impl Run {
                 let op = Op::ForceRelease {
                     name: name_bytes(name),
                 };
-                self.apply(op, OpResult::ForceRelease(want), ev)?;
+                self.apply(op, OpResult::ForceRelease(usize::from(want)), ev)?;
             }
             Step::Advance { name, offset } => {
                 let m = &mut self.model[name];

@@ -108,6 +108,25 @@ pub(crate) fn arb_v1_change() -> impl Strategy<Value = V1Change> {
     ]
 }
 
+/// Any terms, the plain ones half the time.
+pub(crate) fn arb_terms() -> impl Strategy<Value = Terms> {
+    let mode = prop_oneof![
+        Just(Mode::Exclusive),
+        Just(Mode::Shared),
+        (1..=u16::MAX).prop_map(Mode::Limit),
+    ];
+    prop_oneof![
+        Just(Terms::default()),
+        (mode, proptest::option::of(any::<u64>()), any::<u64>()).prop_map(
+            |(mode, session, lock_delay_ms)| Terms {
+                mode,
+                session,
+                lock_delay_ms
+            }
+        ),
+    ]
+}
+
 /// Every [`Op`] variant.
 pub(crate) fn arb_op() -> impl Strategy<Value = Op> {
     prop_oneof![
@@ -115,14 +134,19 @@ pub(crate) fn arb_op() -> impl Strategy<Value = Op> {
             arb_bytes(),
             any::<u64>(),
             proptest::option::of(arb_bytes()),
-            any::<bool>()
+            any::<bool>(),
+            arb_terms()
         )
-            .prop_map(|(name, lease_ms, owner, wait)| Op::Acquire {
+            .prop_map(|(name, lease_ms, owner, wait, terms)| Op::Acquire {
                 name,
                 lease_ms,
                 owner,
-                wait
+                wait,
+                terms
             }),
+        (any::<u64>(), proptest::collection::vec(arb_bytes(), 0..4))
+            .prop_map(|(session, names)| Op::EndSession { session, names }),
+        Just(Op::EndAllSessions),
         (arb_bytes(), any::<u64>(), any::<u64>()).prop_map(|(name, token, lease_ms)| Op::Renew {
             name,
             token,
@@ -131,11 +155,18 @@ pub(crate) fn arb_op() -> impl Strategy<Value = Op> {
         (arb_bytes(), any::<u64>()).prop_map(|(name, token)| Op::Release { name, token }),
         arb_bytes().prop_map(|name| Op::ForceRelease { name }),
         (arb_bytes(), any::<u64>()).prop_map(|(name, token)| Op::Advance { name, token }),
-        (arb_bytes(), any::<u64>(), arb_bytes()).prop_map(|(key, token, value)| Op::FenceSet {
-            key,
-            token,
-            value
-        }),
+        (
+            arb_bytes(),
+            any::<u64>(),
+            arb_bytes(),
+            proptest::option::of(arb_bytes())
+        )
+            .prop_map(|(key, token, value, lock)| Op::FenceSet {
+                key,
+                token,
+                value,
+                lock
+            }),
         (arb_bytes(), arb_wait(), any::<bool>()).prop_map(|(name, wait, release_if_granted)| {
             Op::CancelWait {
                 name,
@@ -152,8 +183,9 @@ pub(crate) fn arb_op() -> impl Strategy<Value = Op> {
         any::<u64>().prop_map(|extra_ms| Op::Rearm { extra_ms }),
         proptest::collection::vec(arb_bytes(), 0..4).prop_map(|names| Op::Forget { names }),
         any::<u64>().prop_map(|by| Op::BumpAll { by }),
-        (arb_bytes(), 0..5u8).prop_map(|(key, kind)| Op::Read(match kind {
+        (arb_bytes(), 0..6u8).prop_map(|(key, kind)| Op::Read(match kind {
             0 => Read::Status { name: key },
+            5 => Read::Holders { name: key },
             1 => Read::Token { name: key },
             2 => Read::Ttl { name: key },
             3 => Read::FenceGet { key },
@@ -176,13 +208,16 @@ pub(crate) enum OwnedItem {
         lease_ms: u64,
         deadline: u64,
         grants: Vec<(WaitId, u64)>,
+        terms: Terms,
     },
     Waiter {
         name: Vec<u8>,
         wait: WaitId,
         owner: Option<Vec<u8>>,
         lease_ms: u64,
+        terms: Terms,
     },
+    Delay(Vec<u8>, u64),
     Fence {
         key: Vec<u8>,
         token: u64,
@@ -207,7 +242,9 @@ impl OwnedItem {
                 lease_ms,
                 deadline,
                 grants,
+                terms,
             } => SnapshotItem::Holding {
+                terms: *terms,
                 name,
                 first_token: *first_token,
                 token: *token,
@@ -222,7 +259,9 @@ impl OwnedItem {
                 wait,
                 owner,
                 lease_ms,
+                terms,
             } => SnapshotItem::Waiter {
+                terms: *terms,
                 name,
                 wait: *wait,
                 owner: owner.as_deref(),
@@ -232,6 +271,10 @@ impl OwnedItem {
                 key,
                 token: *token,
                 value,
+            },
+            OwnedItem::Delay(name, until) => SnapshotItem::Delay {
+                name,
+                until: Millis(*until),
             },
         }
     }
@@ -247,10 +290,18 @@ pub(crate) fn arb_item() -> impl Strategy<Value = OwnedItem> {
             (any::<u64>(), any::<u64>(), any::<u32>()),
             proptest::option::of(arb_vec()),
             (any::<u64>(), any::<u64>()),
-            proptest::collection::vec((arb_wait(), any::<u64>()), 0..4)
+            proptest::collection::vec((arb_wait(), any::<u64>()), 0..4),
+            arb_terms()
         )
             .prop_map(
-                |(name, (first_token, token, holds), owner, (lease_ms, deadline), grants)| {
+                |(
+                    name,
+                    (first_token, token, holds),
+                    owner,
+                    (lease_ms, deadline),
+                    grants,
+                    terms,
+                )| {
                     OwnedItem::Holding {
                         name,
                         first_token,
@@ -260,6 +311,7 @@ pub(crate) fn arb_item() -> impl Strategy<Value = OwnedItem> {
                         lease_ms,
                         deadline,
                         grants,
+                        terms,
                     }
                 }
             ),
@@ -267,14 +319,17 @@ pub(crate) fn arb_item() -> impl Strategy<Value = OwnedItem> {
             arb_vec(),
             arb_wait(),
             proptest::option::of(arb_vec()),
-            any::<u64>()
+            any::<u64>(),
+            arb_terms()
         )
-            .prop_map(|(name, wait, owner, lease_ms)| OwnedItem::Waiter {
+            .prop_map(|(name, wait, owner, lease_ms, terms)| OwnedItem::Waiter {
                 name,
                 wait,
                 owner,
-                lease_ms
+                lease_ms,
+                terms
             }),
+        (arb_vec(), any::<u64>()).prop_map(|(name, until)| OwnedItem::Delay(name, until)),
         (arb_vec(), any::<u64>(), arb_vec()).prop_map(|(key, token, value)| OwnedItem::Fence {
             key,
             token,
@@ -602,10 +657,31 @@ fn decode_errors_v2() {
     p.extend_from_slice(&[0, 0]);
     assert_eq!(v2(&p), Err(DecodeError::Trailing(2)));
     // Unknown op tags.
-    for t in [0u8, 17, 99, 255] {
+    for t in [0u8, 22, 99, 255] {
         let mut p = entry_head(1, 2, 1);
         p.push(t);
         assert_eq!(v2(&p), Err(DecodeError::UnknownOp(t)), "op tag {t}");
+    }
+    // Terms: a limit of 0, a limit without the limit kind, an unknown kind, a bad session flag.
+    for (kind, limit, session_flag) in
+        [(2u8, 0u32, 0u8), (0, 3, 0), (1, 1, 0), (3, 0, 0), (0, 0, 2)]
+    {
+        let mut p = entry_head(1, 2, 1);
+        p.push(tag::OP_ACQUIRE_WITH_TERMS);
+        p.extend_from_slice(&le32(1));
+        p.push(b'n');
+        p.extend_from_slice(&100u64.to_le_bytes());
+        p.extend_from_slice(&[0, 0]); // no owner, no wait
+        p.push(kind);
+        p.extend_from_slice(&le32(limit));
+        p.push(session_flag);
+        p.extend_from_slice(&0u64.to_le_bytes());
+        let want = if session_flag > 1 {
+            DecodeError::BadFlag(session_flag)
+        } else {
+            DecodeError::BadMode { kind, limit }
+        };
+        assert_eq!(v2(&p), Err(want), "terms {kind} {limit} {session_flag}");
     }
     // Acquire: bad owner flag, bad wait flag.
     let mut acquire = entry_head(1, 2, 1);
@@ -627,6 +703,7 @@ fn decode_errors_v2() {
             position: 1,
             at: Millis(2),
             ops: vec![Op::Acquire {
+                terms: Default::default(),
                 name: Bytes::from_static(b"n"),
                 lease_ms: 1000,
                 owner: None,
@@ -752,7 +829,7 @@ fn versions_do_not_mix() {
     assert_eq!(&HEADER_V1[..7], MAGIC);
     for t in 0..=255u8 {
         let v1_tag = (1..=8).contains(&t);
-        let v2_tag = t == 16 || (32..=37).contains(&t);
+        let v2_tag = t == 16 || (32..=40).contains(&t);
         assert_eq!(tag_is_known(Version::V1, t), v1_tag, "tag {t}");
         assert_eq!(tag_is_known(Version::V2, t), v2_tag, "tag {t}");
     }
@@ -856,11 +933,13 @@ fn known_layout_v2() {
         at: 0x0304,
         ops: vec![
             Op::FenceSet {
+                lock: None,
                 key: Bytes::from_static(b"k"),
                 token: 7,
                 value: Bytes::from_static(b"v"),
             },
             Op::Acquire {
+                terms: Default::default(),
                 name: Bytes::from_static(b"n"),
                 lease_ms: 1000,
                 owner: Some(Bytes::from_static(b"o")),
@@ -978,6 +1057,7 @@ fn known_layout_v2() {
         ),
         (
             OwnedItem::Holding {
+                terms: Default::default(),
                 name: b"n".to_vec(),
                 first_token: 5,
                 token: 6,
@@ -1013,6 +1093,7 @@ fn known_layout_v2() {
         ),
         (
             OwnedItem::Waiter {
+                terms: Default::default(),
                 name: b"n".to_vec(),
                 wait: WaitId {
                     position: 9,

@@ -1,5 +1,9 @@
 //! One lock name's state and the rules of the FLOCK.* operations applied to it.
 //!
+//! A name has zero or more holdings, in grant order, and a FIFO queue of waiters. A grant is
+//! admitted when the holding count after it is at most the smallest limit among the holdings
+//! and the request (see [`Mode::admits`]), nobody is queued ahead, and no lock-delay is running.
+//!
 //! Everything here is plain data changed by `&mut self`: the caller applies one op at a time in
 //! log order, and every decision depends only on the entry, the op and the op's time.
 
@@ -8,6 +12,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 use super::{Acquire, Counters};
+use crate::terms::{Mode, Terms};
 use crate::{AcquireResult, CancelResult, Event, LockError, MAX_TOKEN, Millis, WaitId};
 
 /// What an operation on an entry needs from the table around it.
@@ -42,11 +47,14 @@ pub(super) struct LockEntry {
     pub active: Option<Box<Active>>,
 }
 
-/// The part of an entry that exists only while the lock is held or waited for.
+/// The part of an entry that exists only while the lock is held, waited for or delayed.
 #[derive(Clone, Default)]
 pub(super) struct Active {
-    pub holding: Option<Holding>,
+    /// In grant order (ascending first tokens).
+    pub holdings: Vec<Holding>,
     pub waiters: VecDeque<Waiter>,
+    /// Lock-delay: nothing is granted before this time. 0 when none.
+    pub delay_until: Millis,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,15 +71,26 @@ pub(super) struct Holding {
     /// (wait, token) of the waiters handed this holding, so that a cancel racing the grant
     /// learns the token. Gone with the holding: a waiter whose holding ended holds nothing.
     pub grants: Vec<(WaitId, u64)>,
+    /// The terms it was granted with; reentrant holds keep them.
+    pub terms: Terms,
 }
 
 impl Holding {
-    fn owns(&self, token: u64) -> bool {
+    pub fn owns(&self, token: u64) -> bool {
         self.first_token <= token && token <= self.token
     }
 
     pub fn live_at(&self, at: Millis) -> bool {
         self.deadline > at
+    }
+
+    /// When the name may grant again if this holding is lost at its deadline.
+    fn delay_end_if_lapsed(&self) -> Millis {
+        if self.terms.lock_delay_ms == 0 {
+            Millis(0)
+        } else {
+            self.deadline.plus(self.terms.lock_delay_ms)
+        }
     }
 }
 
@@ -80,11 +99,28 @@ pub(super) struct Waiter {
     pub wait: WaitId,
     pub owner: Option<Bytes>,
     pub lease_ms: u64,
+    pub terms: Terms,
+}
+
+/// Where an owner's acquire goes when it already holds the name.
+enum Reentry {
+    /// A hold of this holding (by index).
+    Into(usize),
+    /// It holds non-exclusively and asks for exclusive.
+    Upgrade,
+    /// It needs a holding of its own.
+    New,
 }
 
 fn same_owner(a: &Option<Bytes>, b: &Option<Bytes>) -> bool {
     // Without OWNER a lock is not reentrant: `None` matches nothing, not even `None`.
     matches!((a, b), (Some(a), Some(b)) if a == b)
+}
+
+/// Whether a request of `mode` becomes a hold of `holding` (same owner assumed): any request of
+/// an exclusive holder, or one of the holding's own mode.
+fn joins(holding: &Holding, mode: Mode) -> bool {
+    holding.terms.mode == Mode::Exclusive || holding.terms.mode == mode
 }
 
 impl LockEntry {
@@ -140,12 +176,52 @@ impl LockEntry {
         self.active.get_or_insert_with(Box::default)
     }
 
-    pub fn holding(&self) -> Option<&Holding> {
-        self.active.as_ref().and_then(|a| a.holding.as_ref())
+    /// Every holding, in grant order (lapsed ones whose expiry is not applied yet included).
+    pub fn holdings(&self) -> &[Holding] {
+        self.active.as_ref().map_or(&[], |a| &a.holdings)
     }
 
-    fn holding_mut(&mut self) -> Option<&mut Holding> {
-        self.active.as_mut().and_then(|a| a.holding.as_mut())
+    fn holdings_mut(&mut self) -> &mut [Holding] {
+        self.active.as_mut().map_or(&mut [], |a| &mut a.holdings)
+    }
+
+    /// The holding a token belongs to, by index.
+    fn holding_of(&self, token: u64) -> Option<usize> {
+        self.holdings().iter().position(|h| h.owns(token))
+    }
+
+    /// The holdings still live at `now`, in grant order.
+    pub fn live_holdings(&self, now: Millis) -> impl Iterator<Item = &Holding> {
+        self.holdings().iter().filter(move |h| h.live_at(now))
+    }
+
+    /// The most recently granted holding live at `now` (the one FLOCK.STATUS describes).
+    pub fn latest_live(&self, now: Millis) -> Option<&Holding> {
+        self.live_holdings(now).max_by_key(|h| h.token)
+    }
+
+    /// Whether `token` belongs to a holding live at `now`.
+    pub fn is_held_by(&self, token: u64, now: Millis) -> bool {
+        self.live_holdings(now).any(|h| h.owns(token))
+    }
+
+    /// Milliseconds of lock-delay left at `now`, counting the delay of a holding that has lapsed
+    /// but whose expiry is not applied yet (it will be, with that delay).
+    pub fn delay_left(&self, now: Millis) -> u64 {
+        let Some(active) = self.active.as_ref() else {
+            return 0;
+        };
+        let lapsed = active
+            .holdings
+            .iter()
+            .filter(|h| !h.live_at(now))
+            .map(Holding::delay_end_if_lapsed);
+        let end = lapsed.fold(active.delay_until, Millis::max);
+        now.until(end)
+    }
+
+    pub fn delay_until(&self) -> Millis {
+        self.active.as_ref().map_or(Millis(0), |a| a.delay_until)
     }
 
     pub fn waiters(&self) -> impl Iterator<Item = &Waiter> {
@@ -156,11 +232,22 @@ impl LockEntry {
         self.active.as_ref().map_or(0, |a| a.waiters.len())
     }
 
-    pub fn set_holding(&mut self, holding: Holding, counters: &mut Counters) {
+    /// Adds a holding after the others (a restore gives them in grant order), or replaces the
+    /// one with the same first token (a first-format file records each reentrant grant).
+    pub fn push_holding(&mut self, holding: Holding, counters: &mut Counters) {
         self.last_token = self.last_token.max(holding.token);
-        if self.active_mut().holding.replace(holding).is_none() {
+        let holdings = &mut self.active_mut().holdings;
+        if let Some(same) = holdings
+            .iter_mut()
+            .find(|h| h.first_token == holding.first_token)
+        {
+            *same = holding;
+            return;
+        }
+        if holdings.is_empty() {
             counters.locks_held += 1;
         }
+        holdings.push(holding);
     }
 
     pub fn push_waiter(&mut self, waiter: Waiter, counters: &mut Counters) {
@@ -168,38 +255,78 @@ impl LockEntry {
         counters.waiters += 1;
     }
 
-    fn take_holding(&mut self, counters: &mut Counters) -> Option<Holding> {
-        let taken = self.active.as_mut().and_then(|a| a.holding.take());
-        if taken.is_some() {
+    pub fn set_delay_until(&mut self, until: Millis) {
+        let active = self.active_mut();
+        active.delay_until = active.delay_until.max(until);
+    }
+
+    fn remove_holding(&mut self, index: usize, counters: &mut Counters) -> Holding {
+        let holdings = &mut self.active_mut().holdings;
+        let holding = holdings.remove(index);
+        if holdings.is_empty() {
             counters.locks_held -= 1;
         }
-        taken
+        holding
     }
 
-    /// Expires the holding if its lease ran out at the op's time, then hands the lock over.
-    /// True if it expired.
-    pub fn expire_if_due(&mut self, ctx: &mut EntryCtx<'_>) -> bool {
-        let due = self.holding().is_some_and(|h| !h.live_at(ctx.at));
-        if due {
-            self.expire(ctx);
+    /// Whether a new holding of `mode` is admitted next to the current ones: the count after
+    /// the grant is at most every limit involved.
+    fn fits(&self, mode: Mode) -> bool {
+        let holdings = self.holdings();
+        let after = holdings.len() as u64 + 1;
+        let limit = holdings
+            .iter()
+            .map(|h| h.terms.mode.admits())
+            .fold(mode.admits(), u32::min);
+        after <= u64::from(limit)
+    }
+
+    fn delayed(&self, at: Millis) -> bool {
+        self.delay_until() > at
+    }
+
+    /// Brings the entry up to the op's time: expires every holding whose lease ran out (in grant
+    /// order), ends a lock-delay that is over, and hands the lock to the waiters that fit now.
+    /// Every op on an entry starts with it.
+    fn settle(&mut self, ctx: &mut EntryCtx<'_>) {
+        let mut index = 0;
+        while index < self.holdings().len() {
+            if self.holdings()[index].live_at(ctx.at) {
+                index += 1;
+            } else {
+                self.expire_at(index, ctx);
+            }
         }
-        due
+        self.end_delay_if_over(ctx.at);
+        self.handover(ctx);
     }
 
-    fn expire(&mut self, ctx: &mut EntryCtx<'_>) {
-        if let Some(holding) = self.take_holding(ctx.counters) {
-            ctx.counters.expirations += 1;
-            ctx.event(Event::Expired {
-                name: ctx.name.clone(),
-                token: holding.token,
-            });
-            self.handover(ctx);
+    /// Expires holding `index` (its lease ran out), starting its lock-delay.
+    fn expire_at(&mut self, index: usize, ctx: &mut EntryCtx<'_>) {
+        let holding = self.remove_holding(index, ctx.counters);
+        ctx.counters.expirations += 1;
+        ctx.event(Event::Expired {
+            name: ctx.name.clone(),
+            token: holding.token,
+        });
+        let delay_end = holding.delay_end_if_lapsed();
+        if delay_end > ctx.at {
+            self.set_delay_until(delay_end);
         }
     }
 
-    /// FLOCK.ACQUIRE. A lease that ran out is expired first (and the lock handed over). Then: a
-    /// holder's own OWNER gets a reentrant grant (never queued); a free lock with nobody queued
-    /// is granted; otherwise `Busy`, or `Queued` if `wait`.
+    fn end_delay_if_over(&mut self, at: Millis) {
+        if let Some(active) = self.active.as_mut()
+            && active.delay_until <= at
+        {
+            active.delay_until = Millis(0);
+        }
+    }
+
+    /// FLOCK.ACQUIRE. Due leases expire first (and the lock is handed over). Then: an owner's
+    /// request joins its own holding (never queued) or is refused as an upgrade; a request that
+    /// is admitted with nobody queued and no lock-delay is granted; otherwise `Busy`, or
+    /// `Queued` if `wait`.
     pub fn acquire(&mut self, request: Acquire<'_>, ctx: &mut EntryCtx<'_>) -> AcquireResult {
         let result = self.try_acquire(request, ctx);
         if matches!(result, AcquireResult::Busy) {
@@ -214,25 +341,23 @@ impl LockEntry {
             owner,
             lease_ms,
             wait,
+            terms,
         } = request;
-        self.expire_if_due(ctx);
-        // A free lock with queued waiters only exists when the counter ran out, but if it ever
-        // does, the queue goes first.
-        if self.holding().is_none() && self.waiter_count() > 0 {
-            self.handover(ctx);
+        self.settle(ctx);
+
+        match self.reentry(owner, terms.mode) {
+            Reentry::Into(index) => {
+                return match self.grant_reentrant(index, lease_ms, None, ctx) {
+                    Some(token) => AcquireResult::Granted(token),
+                    None => AcquireResult::Busy,
+                };
+            }
+            Reentry::Upgrade => return AcquireResult::CannotUpgrade,
+            Reentry::New => {}
         }
 
-        if let Some(holding) = self.holding()
-            && same_owner(&holding.owner, owner)
-        {
-            return match self.grant_reentrant(lease_ms, None, ctx) {
-                Some(token) => AcquireResult::Granted(token),
-                None => AcquireResult::Busy,
-            };
-        }
-
-        if self.holding().is_none() && self.waiter_count() == 0 {
-            return match self.grant_new(owner.clone(), lease_ms, None, ctx) {
+        if self.waiter_count() == 0 && !self.delayed(ctx.at) && self.fits(terms.mode) {
+            return match self.grant_new(owner.clone(), lease_ms, terms, None, ctx) {
                 Some(token) => AcquireResult::Granted(token),
                 None => AcquireResult::Busy,
             };
@@ -245,16 +370,36 @@ impl LockEntry {
             wait: wait_id,
             owner: owner.clone(),
             lease_ms,
+            terms,
         };
         self.push_waiter(waiter, ctx.counters);
         AcquireResult::Queued(wait_id)
     }
 
-    /// Starts a new holding on a free lock. `None` if the counter is exhausted.
+    fn reentry(&self, owner: &Option<Bytes>, mode: Mode) -> Reentry {
+        let mut upgrade = false;
+        for (index, holding) in self.holdings().iter().enumerate() {
+            if !same_owner(&holding.owner, owner) {
+                continue;
+            }
+            if joins(holding, mode) {
+                return Reentry::Into(index);
+            }
+            upgrade |= mode == Mode::Exclusive;
+        }
+        if upgrade {
+            Reentry::Upgrade
+        } else {
+            Reentry::New
+        }
+    }
+
+    /// Starts a new holding after the others. `None` if the counter is exhausted.
     fn grant_new(
         &mut self,
         owner: Option<Bytes>,
         lease_ms: u64,
+        terms: Terms,
         wait: Option<WaitId>,
         ctx: &mut EntryCtx<'_>,
     ) -> Option<u64> {
@@ -269,8 +414,9 @@ impl LockEntry {
             lease_ms,
             deadline: ctx.at.plus(lease_ms),
             grants: wait.map(|w| (w, token)).into_iter().collect(),
+            terms,
         };
-        self.set_holding(holding, ctx.counters);
+        self.push_holding(holding, ctx.counters);
         ctx.event(Event::Granted {
             name: ctx.name.clone(),
             token,
@@ -279,25 +425,27 @@ impl LockEntry {
         Some(token)
     }
 
-    /// Adds a hold to the current holding with a new token and a fresh lease. `None` if there is
-    /// no holding, the counter is exhausted or the hold count would overflow.
+    /// Adds a hold to holding `index` with a new token and a fresh lease. `None` if the counter
+    /// is exhausted or the hold count would overflow.
     fn grant_reentrant(
         &mut self,
+        index: usize,
         lease_ms: u64,
         wait: Option<WaitId>,
         ctx: &mut EntryCtx<'_>,
     ) -> Option<u64> {
-        if self.holding()?.holds == u32::MAX {
+        if self.holdings().get(index)?.holds == u32::MAX {
             return None;
         }
         let token = self.issue(ctx.floor)?;
         ctx.counters.tokens_issued += 1;
         ctx.counters.grants += 1;
-        let holding = self.holding_mut()?;
+        let at = ctx.at;
+        let holding = self.holdings_mut().get_mut(index)?;
         holding.holds += 1;
         holding.token = token;
         holding.lease_ms = lease_ms;
-        holding.deadline = ctx.at.plus(lease_ms);
+        holding.deadline = at.plus(lease_ms);
         if let Some(w) = wait {
             holding.grants.push((w, token));
         }
@@ -309,58 +457,78 @@ impl LockEntry {
         Some(token)
     }
 
-    /// Hands a free lock to the first waiter, then at once to every later waiter with the same
-    /// owner (reentrantly, in queue order).
+    /// Serves the queue strictly in order: while the head is admitted (and no lock-delay runs),
+    /// it is granted, and at once every later waiter of the same owner that joins its holding.
+    /// So consecutive readers at the head are granted together, and a writer behind a reader
+    /// stops the readers behind it.
     fn handover(&mut self, ctx: &mut EntryCtx<'_>) {
-        if self.holding().is_some() {
+        if self.waiter_count() == 0 || self.delayed(ctx.at) {
             return;
         }
-        let Some(waiter) = self.active.as_mut().and_then(|a| a.waiters.pop_front()) else {
-            return;
-        };
-        ctx.counters.waiters -= 1;
-        if self
-            .grant_new(
+        loop {
+            let Some(head) = self.active.as_ref().and_then(|a| a.waiters.front()) else {
+                return;
+            };
+            if !self.fits(head.terms.mode) {
+                return;
+            }
+            let Some(waiter) = self.active.as_mut().and_then(|a| a.waiters.pop_front()) else {
+                return;
+            };
+            ctx.counters.waiters -= 1;
+            let granted = self.grant_new(
                 waiter.owner.clone(),
                 waiter.lease_ms,
+                waiter.terms,
                 Some(waiter.wait),
                 ctx,
-            )
-            .is_none()
-        {
-            // Counter exhausted: nobody can be granted; the waiters wait out their deadlines.
-            self.active_mut().waiters.push_front(waiter);
-            ctx.counters.waiters += 1;
-            return;
+            );
+            if granted.is_none() {
+                // Counter exhausted: nobody can be granted; the waiters wait out their deadlines.
+                self.active_mut().waiters.push_front(waiter);
+                ctx.counters.waiters += 1;
+                return;
+            }
+            if waiter.owner.is_some() && !self.grant_followers(&waiter.owner, ctx) {
+                return;
+            }
         }
-        let Some(owner) = waiter.owner else { return };
+    }
+
+    /// Grants the newest holding's owner's later waiters that join it, in queue order. False if
+    /// the counter ran out.
+    fn grant_followers(&mut self, owner: &Option<Bytes>, ctx: &mut EntryCtx<'_>) -> bool {
+        let newest = self.holdings().len() - 1;
         let mut index = 0;
         while let Some(next) = self.active.as_ref().and_then(|a| a.waiters.get(index)) {
-            if next.owner.as_ref() != Some(&owner) {
+            if !same_owner(&next.owner, owner) || !joins(&self.holdings()[newest], next.terms.mode)
+            {
                 index += 1;
                 continue;
             }
             let (lease_ms, wait) = (next.lease_ms, next.wait);
-            if self.grant_reentrant(lease_ms, Some(wait), ctx).is_none() {
-                return;
+            if self
+                .grant_reentrant(newest, lease_ms, Some(wait), ctx)
+                .is_none()
+            {
+                return false;
             }
             if let Some(active) = self.active.as_mut() {
                 active.waiters.remove(index);
             }
             ctx.counters.waiters -= 1;
         }
+        true
     }
 
-    fn check_owner(&self, token: u64, ctx: &mut EntryCtx<'_>) -> Result<(), LockError> {
-        if self.holding().is_some_and(|h| h.owns(token)) {
-            Ok(())
-        } else {
+    fn check_owner(&self, token: u64, ctx: &mut EntryCtx<'_>) -> Result<usize, LockError> {
+        self.holding_of(token).ok_or_else(|| {
             ctx.counters.notowner_rejections += 1;
-            Err(LockError::NotOwner {
+            LockError::NotOwner {
                 name: ctx.name.clone(),
                 token,
-            })
-        }
+            }
+        })
     }
 
     pub fn renew(
@@ -369,39 +537,37 @@ impl LockEntry {
         lease_ms: u64,
         ctx: &mut EntryCtx<'_>,
     ) -> Result<(), LockError> {
-        self.expire_if_due(ctx);
-        self.check_owner(token, ctx)?;
+        self.settle(ctx);
+        let index = self.check_owner(token, ctx)?;
         let at = ctx.at;
-        if let Some(holding) = self.holding_mut() {
-            holding.lease_ms = lease_ms;
-            holding.deadline = at.plus(lease_ms);
-            let token = holding.token;
-            ctx.counters.renewals += 1;
-            ctx.event(Event::Renewed {
-                name: ctx.name.clone(),
-                token,
-            });
-        }
+        let holding = &mut self.holdings_mut()[index];
+        holding.lease_ms = lease_ms;
+        holding.deadline = at.plus(lease_ms);
+        let token = holding.token;
+        ctx.counters.renewals += 1;
+        ctx.event(Event::Renewed {
+            name: ctx.name.clone(),
+            token,
+        });
         Ok(())
     }
 
+    /// True when the holding `token` belongs to is gone (other holdings do not matter).
     pub fn release(&mut self, token: u64, ctx: &mut EntryCtx<'_>) -> Result<bool, LockError> {
-        self.expire_if_due(ctx);
-        self.check_owner(token, ctx)?;
-        Ok(self.release_one_hold(ctx))
+        self.settle(ctx);
+        let index = self.check_owner(token, ctx)?;
+        Ok(self.release_one_hold(index, ctx))
     }
 
-    /// Removes one hold of the current holding; true if the lock is free now.
-    fn release_one_hold(&mut self, ctx: &mut EntryCtx<'_>) -> bool {
+    /// Removes one hold of holding `index`; true if the holding is gone now.
+    fn release_one_hold(&mut self, index: usize, ctx: &mut EntryCtx<'_>) -> bool {
         ctx.counters.releases += 1;
-        let Some(holding) = self.holding_mut() else {
-            return true;
-        };
+        let holding = &mut self.holdings_mut()[index];
         holding.holds = holding.holds.saturating_sub(1);
         let (holds_left, latest) = (holding.holds, holding.token);
         let free = holds_left == 0;
         if free {
-            self.take_holding(ctx.counters);
+            self.remove_holding(index, ctx.counters);
         }
         ctx.event(Event::Released {
             name: ctx.name.clone(),
@@ -414,18 +580,57 @@ impl LockEntry {
         free
     }
 
-    pub fn force_release(&mut self, ctx: &mut EntryCtx<'_>) -> bool {
-        self.expire_if_due(ctx);
-        let Some(holding) = self.take_holding(ctx.counters) else {
-            return false;
+    /// Removes every holding (starting any lock-delay they carry); how many it removed.
+    pub fn force_release(&mut self, ctx: &mut EntryCtx<'_>) -> usize {
+        self.settle(ctx);
+        let holdings = match self.active.as_mut() {
+            Some(active) => std::mem::take(&mut active.holdings),
+            None => return 0,
         };
-        ctx.counters.force_releases += 1;
-        ctx.event(Event::ForceReleased {
-            name: ctx.name.clone(),
-            token: holding.token,
-        });
+        if !holdings.is_empty() {
+            ctx.counters.locks_held -= 1;
+        }
+        for holding in &holdings {
+            ctx.counters.force_releases += 1;
+            ctx.event(Event::ForceReleased {
+                name: ctx.name.clone(),
+                token: holding.token,
+            });
+            if holding.terms.lock_delay_ms > 0 {
+                self.set_delay_until(ctx.at.plus(holding.terms.lock_delay_ms));
+            }
+        }
         self.handover(ctx);
-        true
+        holdings.len()
+    }
+
+    /// Releases every holding whose session matches (`None`: every session holding), each at
+    /// once and whole, without lock-delay; how many.
+    pub fn end_sessions(&mut self, session: Option<u64>, ctx: &mut EntryCtx<'_>) -> usize {
+        self.settle(ctx);
+        let mut ended = 0;
+        let mut index = 0;
+        while index < self.holdings().len() {
+            let holding_session = self.holdings()[index].terms.session;
+            let matches = match session {
+                Some(id) => holding_session == Some(id),
+                None => holding_session.is_some(),
+            };
+            if !matches {
+                index += 1;
+                continue;
+            }
+            let holding = self.remove_holding(index, ctx.counters);
+            ctx.counters.releases += 1;
+            ctx.event(Event::Released {
+                name: ctx.name.clone(),
+                token: holding.token,
+                free: true,
+            });
+            ended += 1;
+        }
+        self.handover(ctx);
+        ended
     }
 
     pub fn cancel_wait(
@@ -434,7 +639,7 @@ impl LockEntry {
         release_if_granted: bool,
         ctx: &mut EntryCtx<'_>,
     ) -> CancelResult {
-        self.expire_if_due(ctx);
+        self.settle(ctx);
         if let Some(active) = self.active.as_mut()
             && let Some(index) = active.waiters.iter().position(|w| w.wait == wait)
         {
@@ -444,30 +649,42 @@ impl LockEntry {
                 name: ctx.name.clone(),
                 wait,
             });
+            // The head leaving may let the next ones in.
+            if index == 0 {
+                self.handover(ctx);
+            }
             return CancelResult::Removed;
         }
-        let Some(holding) = self.holding_mut() else {
+        let found = self.holdings().iter().enumerate().find_map(|(index, h)| {
+            h.grants
+                .iter()
+                .position(|&(w, _)| w == wait)
+                .map(|grant| (index, grant))
+        });
+        let Some((index, grant)) = found else {
             return CancelResult::Removed;
         };
-        let Some(index) = holding.grants.iter().position(|&(w, _)| w == wait) else {
-            return CancelResult::Removed;
-        };
-        let (_, token) = holding.grants.swap_remove(index);
+        let (_, token) = self.holdings_mut()[index].grants.swap_remove(grant);
         if release_if_granted {
-            self.release_one_hold(ctx);
+            self.release_one_hold(index, ctx);
         }
         CancelResult::AlreadyGranted(token)
     }
 
-    /// Expires the holding `first_token` names if its deadline is not after the op's time.
+    /// Expires the holding `first_token` names if its deadline is not after the op's time (a
+    /// renewal or a release may have come first), then serves the queue; true if it expired.
+    /// First token 0 names no holding: the end of a lock-delay.
     pub fn expire_holding(&mut self, first_token: u64, ctx: &mut EntryCtx<'_>) -> bool {
         let due = self
-            .holding()
-            .is_some_and(|h| h.first_token == first_token && !h.live_at(ctx.at));
-        if due {
-            self.expire(ctx);
+            .holdings()
+            .iter()
+            .position(|h| h.first_token == first_token && !h.live_at(ctx.at));
+        if let Some(index) = due {
+            self.expire_at(index, ctx);
         }
-        due
+        self.end_delay_if_over(ctx.at);
+        self.handover(ctx);
+        due.is_some()
     }
 
     /// Every waiter is dropped; a holding whose lease had run out by the op's time expires (it
@@ -485,15 +702,14 @@ impl LockEntry {
             });
         }
         ctx.counters.waiters -= dropped as u64;
-        if self.expire_if_due(ctx) {
-            return (0, dropped);
+        self.settle(ctx);
+        let at = ctx.at;
+        let holdings = self.holdings_mut();
+        for holding in holdings.iter_mut() {
+            holding.deadline = at.plus(holding.lease_ms).plus(extra_ms);
+            holding.grants.clear();
         }
-        let Some(holding) = self.holding_mut() else {
-            return (0, dropped);
-        };
-        holding.deadline = ctx.at.plus(holding.lease_ms).plus(extra_ms);
-        holding.grants.clear();
-        (1, dropped)
+        (holdings.len(), dropped)
     }
 
     /// Raises the counter to at least `token` (capped at [`MAX_TOKEN`]); never lowers it.
@@ -502,11 +718,18 @@ impl LockEntry {
         self.last_token
     }
 
-    /// The deadline to push onto the index, if the holding's deadline is earlier than anything
-    /// the index is known to hold for this name. Marks it scheduled: the caller must push it.
+    /// The time the index must wake for this name (the earliest lease deadline, or the end of a
+    /// lock-delay, named by first token 0), if it is earlier than anything the index is known to
+    /// hold for this name. Marks it scheduled: the caller must push it.
     pub fn take_schedule(&mut self) -> Option<(Millis, u64)> {
-        let holding = self.holding()?;
-        let (deadline, first_token) = (holding.deadline, holding.first_token);
+        let active = self.active.as_ref()?;
+        let earliest = active
+            .holdings
+            .iter()
+            .map(|h| (h.deadline, h.first_token))
+            .min();
+        let delay_end = (active.delay_until.0 != 0).then_some((active.delay_until, 0));
+        let (deadline, first_token) = earliest.into_iter().chain(delay_end).min()?;
         // (A deadline of 0 cannot be marked; it is simply pushed each time.)
         let scheduled = self.scheduled_at();
         if scheduled != 0 && scheduled <= deadline.0 {
@@ -516,12 +739,29 @@ impl LockEntry {
         Some((deadline, first_token))
     }
 
-    /// Drops the boxed part once the lock is free with nobody waiting.
-    pub fn tidy(&mut self) {
+    /// What the index should hand the expiry task for this name at `now`: the due holdings by
+    /// first token, or 0 for a lock-delay that is over.
+    pub fn due_at(&self, now: Millis) -> Vec<u64> {
+        let mut due: Vec<u64> = self
+            .holdings()
+            .iter()
+            .filter(|h| !h.live_at(now))
+            .map(|h| h.first_token)
+            .collect();
+        let delay_until = self.delay_until();
+        if due.is_empty() && delay_until.0 != 0 && delay_until <= now {
+            due.push(0);
+        }
+        due
+    }
+
+    /// Drops the boxed part once the lock is free with nobody waiting and no lock-delay left at
+    /// `at`.
+    pub fn tidy(&mut self, at: Millis) {
         if self
             .active
             .as_ref()
-            .is_some_and(|a| a.holding.is_none() && a.waiters.is_empty())
+            .is_some_and(|a| a.holdings.is_empty() && a.waiters.is_empty() && a.delay_until <= at)
         {
             self.active = None;
         }

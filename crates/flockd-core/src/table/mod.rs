@@ -1,5 +1,5 @@
-//! The lock table: per-name token counters, the current holding with its lease, the FIFO queue
-//! of waiters, and the index of lease deadlines the server's expiry task reads.
+//! The lock table: per-name token counters, the holdings with their leases, the FIFO queue of
+//! waiters, lock-delays, and the index of deadlines the server's expiry task reads.
 //!
 //! The rules live in `entry` (one name); this module finds entries, runs an op on one, keeps
 //! the deadline index and the counters for INFO. Every method that changes state is called by
@@ -16,6 +16,7 @@ use bytes::Bytes;
 
 use crate::item::SnapshotItem;
 use crate::shards::Shards;
+use crate::terms::{Mode, Terms};
 use crate::{Event, HoldingRef, MAX_TOKEN, Millis, WaitId};
 use entry::{EntryCtx, Holding, LockEntry, Waiter};
 
@@ -26,13 +27,15 @@ pub(crate) struct Acquire<'a> {
     pub owner: &'a Option<Bytes>,
     pub lease_ms: u64,
     pub wait: bool,
+    pub terms: Terms,
 }
 
-/// Everything FLOCK.STATUS reports.
+/// Everything FLOCK.STATUS reports. The first fields describe the most recently granted live
+/// holding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockStatus {
     pub locked: bool,
-    /// Latest token of the current holding.
+    /// Latest token of that holding.
     pub token: Option<u64>,
     pub owner: Option<Bytes>,
     /// Milliseconds left on the lease, -2 when free.
@@ -41,6 +44,24 @@ pub struct LockStatus {
     pub waiters: usize,
     /// The name's counter: the highest token issued or advanced to (0 if none).
     pub last_token: u64,
+    /// Live holdings.
+    pub holdings: usize,
+    /// How many holdings the lock admits now: 1 when held exclusively, the smallest n among
+    /// `LIMIT n` holdings, -1 when only shared holdings, 0 when free.
+    pub limit: i64,
+    /// Milliseconds of lock-delay left.
+    pub delay_ms: u64,
+}
+
+/// One live holding, as FLOCK.HOLDERS reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderStatus {
+    pub token: u64,
+    pub owner: Option<Bytes>,
+    pub ttl_ms: i64,
+    pub holds: u32,
+    pub mode: Mode,
+    pub session: bool,
 }
 
 /// Counters for INFO's `locks` section.
@@ -120,7 +141,7 @@ impl LockTable {
         };
         let result = op(entry, &mut ctx);
         let push = entry.take_schedule();
-        entry.tidy();
+        entry.tidy(at);
         if let Some((deadline, first_token)) = push {
             self.push_deadline(deadline, name.clone(), first_token);
         }
@@ -184,11 +205,57 @@ impl LockTable {
         .unwrap_or_else(|| Err(self.not_owner(name, token)))
     }
 
-    pub fn force_release(&mut self, name: &Bytes, at: Millis, events: &mut Vec<Event>) -> bool {
+    pub fn force_release(&mut self, name: &Bytes, at: Millis, events: &mut Vec<Event>) -> usize {
         self.with_entry(name, at, false, events, |entry, ctx| {
             entry.force_release(ctx)
         })
-        .unwrap_or(false)
+        .unwrap_or(0)
+    }
+
+    /// Ends the holdings of connection `session` on `names` (see [`crate::Op::EndSession`]).
+    pub fn end_session(
+        &mut self,
+        session: u64,
+        names: &[Bytes],
+        at: Millis,
+        events: &mut Vec<Event>,
+    ) -> usize {
+        let mut ended = 0;
+        for name in names {
+            ended += self
+                .with_entry(name, at, false, events, |entry, ctx| {
+                    entry.end_sessions(Some(session), ctx)
+                })
+                .unwrap_or(0);
+        }
+        ended
+    }
+
+    /// Ends every session holding, in name order (see [`crate::Op::EndAllSessions`]).
+    pub fn end_all_sessions(&mut self, at: Millis, events: &mut Vec<Event>) -> usize {
+        let mut names: Vec<Bytes> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.holdings().iter().any(|h| h.terms.session.is_some()))
+            .map(|(name, _)| Bytes::copy_from_slice(name.as_bytes()))
+            .collect();
+        names.sort_unstable();
+        let mut ended = 0;
+        for name in names {
+            ended += self
+                .with_entry(&name, at, false, events, |entry, ctx| {
+                    entry.end_sessions(None, ctx)
+                })
+                .unwrap_or(0);
+        }
+        ended
+    }
+
+    /// Whether any holding is bound to a connection (a start then proposes ending them).
+    pub fn has_session_holdings(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|(_, e)| e.holdings().iter().any(|h| h.terms.session.is_some()))
     }
 
     pub fn cancel_wait(
@@ -305,9 +372,19 @@ impl LockTable {
                 holds: 0,
                 waiters: 0,
                 last_token: self.floor,
+                holdings: 0,
+                limit: 0,
+                delay_ms: 0,
             };
         };
-        let holding = entry.holding().filter(|h| h.live_at(now));
+        let holding = entry.latest_live(now);
+        let mut holdings = 0;
+        let mut admits = None::<u32>;
+        for h in entry.live_holdings(now) {
+            holdings += 1;
+            let limit = h.terms.mode.admits();
+            admits = Some(admits.map_or(limit, |a| a.min(limit)));
+        }
         LockStatus {
             locked: holding.is_some(),
             token: holding.map(|h| h.token),
@@ -316,7 +393,39 @@ impl LockTable {
             holds: holding.map_or(0, |h| h.holds),
             waiters: entry.waiter_count(),
             last_token: entry.counter(self.floor),
+            holdings,
+            limit: match admits {
+                None => 0,
+                Some(u32::MAX) => -1,
+                Some(n) => i64::from(n),
+            },
+            delay_ms: entry.delay_left(now),
         }
+    }
+
+    /// The live holdings of `name` at `now`, in grant order.
+    pub fn holders(&self, name: &[u8], now: Millis) -> Vec<HolderStatus> {
+        let Some(entry) = self.entries.get(name) else {
+            return Vec::new();
+        };
+        entry
+            .live_holdings(now)
+            .map(|h| HolderStatus {
+                token: h.token,
+                owner: h.owner.clone(),
+                ttl_ms: ttl_of(h, now),
+                holds: h.holds,
+                mode: h.terms.mode,
+                session: h.terms.session.is_some(),
+            })
+            .collect()
+    }
+
+    /// Whether `token` belongs to a holding of `name` live at `now`.
+    pub fn is_held_by(&self, name: &[u8], token: u64, now: Millis) -> bool {
+        self.entries
+            .get(name)
+            .is_some_and(|e| e.is_held_by(token, now))
     }
 
     pub fn last_token(&self, name: &[u8]) -> u64 {
@@ -328,8 +437,7 @@ impl LockTable {
     pub fn ttl(&self, name: &[u8], now: Millis) -> i64 {
         self.entries
             .get(name)
-            .and_then(|e| e.holding())
-            .filter(|h| h.live_at(now))
+            .and_then(|e| e.latest_live(now))
             .map_or(-2, |h| ttl_of(h, now))
     }
 
@@ -381,20 +489,17 @@ impl LockTable {
             if entry.scheduled_at() == at.0 {
                 entry.set_scheduled(0);
             }
-            let Some(holding) = entry.holding() else {
-                continue;
-            };
-            if holding.deadline <= now {
-                let first_token = holding.first_token;
-                due.push(HoldingRef {
+            let due_here = entry.due_at(now);
+            if let Some(&first) = due_here.first() {
+                due.extend(due_here.iter().map(|&first_token| HoldingRef {
                     name: name.clone(),
                     first_token,
-                });
+                }));
                 // Scheduled again in case the expiry is never applied (a failed write): the
                 // task then finds it once more.
-                let retry = holding.deadline.plus(1);
+                let retry = at.plus(1);
                 entry.set_scheduled(retry.0);
-                retries.push(Reverse((retry, name, first_token)));
+                retries.push(Reverse((retry, name, first)));
             } else if let Some((deadline, first_token)) = entry.take_schedule() {
                 self.push_deadline(deadline, name, first_token);
             }
@@ -479,17 +584,18 @@ impl LockTable {
         let floor = self.floor;
         for (name, entry) in self.entries.iter() {
             let name = name.as_bytes();
-            let implied = match entry.holding() {
-                Some(h) => h.token.max(floor),
-                None => floor,
-            };
+            let implied = entry
+                .holdings()
+                .iter()
+                .map(|h| h.token)
+                .fold(floor, u64::max);
             if entry.last_token > implied {
                 emit(SnapshotItem::Counter {
                     name,
                     token: entry.last_token,
                 });
             }
-            if let Some(h) = entry.holding() {
+            for h in entry.holdings() {
                 emit(SnapshotItem::Holding {
                     name,
                     first_token: h.first_token,
@@ -499,6 +605,7 @@ impl LockTable {
                     lease_ms: h.lease_ms,
                     deadline: h.deadline,
                     grants: h.grants.clone(),
+                    terms: h.terms,
                 });
             }
             for w in entry.waiters() {
@@ -507,6 +614,14 @@ impl LockTable {
                     wait: w.wait,
                     owner: w.owner.as_deref(),
                     lease_ms: w.lease_ms,
+                    terms: w.terms,
+                });
+            }
+            let delay_until = entry.delay_until();
+            if delay_until.0 != 0 {
+                emit(SnapshotItem::Delay {
+                    name,
+                    until: delay_until,
                 });
             }
         }
@@ -531,6 +646,7 @@ impl LockTable {
                 lease_ms,
                 deadline,
                 grants,
+                terms,
             } => {
                 let entry = self
                     .entries
@@ -543,14 +659,16 @@ impl LockTable {
                     lease_ms: *lease_ms,
                     deadline: *deadline,
                     grants: grants.clone(),
+                    terms: *terms,
                 };
-                entry.set_holding(holding, &mut self.counters);
+                entry.push_holding(holding, &mut self.counters);
             }
             SnapshotItem::Waiter {
                 name,
                 wait,
                 owner,
                 lease_ms,
+                terms,
             } => {
                 let entry = self
                     .entries
@@ -559,8 +677,15 @@ impl LockTable {
                     wait: *wait,
                     owner: owner.map(Bytes::copy_from_slice),
                     lease_ms: *lease_ms,
+                    terms: *terms,
                 };
                 entry.push_waiter(waiter, &mut self.counters);
+            }
+            SnapshotItem::Delay { name, until } => {
+                let entry = self
+                    .entries
+                    .get_or_insert_with(name, || LockEntry::new(floor));
+                entry.set_delay_until(*until);
             }
             SnapshotItem::Floor { token } => self.floor = self.floor.max(*token),
             SnapshotItem::Fence { .. } => {}
@@ -572,30 +697,30 @@ impl LockTable {
         let Some(entry) = self.entries.get_mut(name) else {
             return;
         };
+        // The first format had one exclusive holding per name at most.
         let counters = &mut self.counters;
+        let Some(active) = entry.active.as_mut() else {
+            return;
+        };
         match change {
             V1HoldingChange::Lease(lease_ms) => {
-                if let Some(h) = entry.active.as_mut().and_then(|a| a.holding.as_mut()) {
+                if let Some(h) = active.holdings.first_mut() {
                     h.lease_ms = lease_ms;
                 }
             }
             V1HoldingChange::HoldsLeft(0) | V1HoldingChange::Remove => {
-                if entry
-                    .active
-                    .as_mut()
-                    .and_then(|a| a.holding.take())
-                    .is_some()
-                {
+                if !active.holdings.is_empty() {
+                    active.holdings.clear();
                     counters.locks_held -= 1;
                 }
             }
             V1HoldingChange::HoldsLeft(n) => {
-                if let Some(h) = entry.active.as_mut().and_then(|a| a.holding.as_mut()) {
+                if let Some(h) = active.holdings.first_mut() {
                     h.holds = n;
                 }
             }
         }
-        entry.tidy();
+        entry.tidy(Millis(0));
     }
 
     /// An order-independent digest of the lock state (the floor, every counter above it, every
@@ -613,7 +738,7 @@ impl LockTable {
             let mut h = seed.build_hasher();
             name.as_bytes().hash(&mut h);
             counter.hash(&mut h);
-            if let Some(holding) = entry.holding() {
+            for holding in entry.holdings() {
                 holding.owner.hash(&mut h);
                 holding.first_token.hash(&mut h);
                 holding.token.hash(&mut h);
@@ -621,12 +746,15 @@ impl LockTable {
                 holding.lease_ms.hash(&mut h);
                 holding.deadline.hash(&mut h);
                 holding.grants.hash(&mut h);
+                holding.terms.hash(&mut h);
             }
             for w in entry.waiters() {
                 w.wait.hash(&mut h);
                 w.owner.hash(&mut h);
                 w.lease_ms.hash(&mut h);
+                w.terms.hash(&mut h);
             }
+            entry.delay_until().hash(&mut h);
             sum = sum.wrapping_add(h.finish());
         }
         sum

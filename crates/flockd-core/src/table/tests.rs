@@ -11,8 +11,8 @@ use bytes::Bytes;
 
 use crate::{
     AcquireResult, Applied, CancelResult, Event, FenceStats, HoldingRef, LockError, LockStats,
-    LockStatus, MAX_TOKEN, Millis, Op, OpResult, Snapshot, SnapshotItem, StateMachine, V1Change,
-    WaitId,
+    LockStatus, MAX_TOKEN, Millis, Op, OpResult, Snapshot, SnapshotItem, StateMachine, Terms,
+    V1Change, WaitId,
 };
 
 const N: &[u8] = b"lock";
@@ -98,6 +98,7 @@ impl Log {
         self.apply(
             at,
             Op::Acquire {
+                terms: Default::default(),
                 name: Bytes::from_static(on),
                 lease_ms,
                 owner: owner(who),
@@ -228,13 +229,16 @@ enum Item {
         lease_ms: u64,
         deadline: Millis,
         grants: Vec<(WaitId, u64)>,
+        terms: Terms,
     },
     Waiter {
         name: Vec<u8>,
         wait: WaitId,
         owner: Option<Vec<u8>>,
         lease_ms: u64,
+        terms: Terms,
     },
+    Delay(Vec<u8>, Millis),
     Fence(Vec<u8>, u64, Vec<u8>),
 }
 
@@ -253,6 +257,7 @@ fn items(snapshot: &Snapshot) -> Vec<Item> {
                 lease_ms,
                 deadline,
                 grants,
+                terms,
             } => Item::Holding {
                 name: name.to_vec(),
                 first_token,
@@ -262,21 +267,25 @@ fn items(snapshot: &Snapshot) -> Vec<Item> {
                 lease_ms,
                 deadline,
                 grants,
+                terms,
             },
             SnapshotItem::Waiter {
                 name,
                 wait,
                 owner,
                 lease_ms,
+                terms,
             } => Item::Waiter {
                 name: name.to_vec(),
                 wait,
                 owner: owner.map(<[u8]>::to_vec),
                 lease_ms,
+                terms,
             },
             SnapshotItem::Fence { key, token, value } => {
                 Item::Fence(key.to_vec(), token, value.to_vec())
             }
+            SnapshotItem::Delay { name, until } => Item::Delay(name.to_vec(), until),
         })
     });
     out
@@ -378,7 +387,10 @@ fn same_owner_is_reentrant_with_new_token_and_fresh_lease() {
             ttl_ms: 500,
             holds: 2,
             waiters: 0,
-            last_token: 2
+            last_token: 2,
+            holdings: 1,
+            limit: 1,
+            delay_ms: 0,
         }
     );
     // Another owner is busy.
@@ -895,7 +907,7 @@ fn force_release_hands_over_to_the_next_waiter() {
     assert_eq!(
         l.apply(3, Op::ForceRelease { name: name() }),
         Applied {
-            result: OpResult::ForceRelease(true),
+            result: OpResult::ForceRelease(1),
             events: vec![
                 Event::ForceReleased {
                     name: name(),
@@ -1043,6 +1055,7 @@ fn wait_ids_of_one_entry_are_its_position_and_op_index() {
     l.grant(0, 100, None);
     let mut events = Vec::new();
     let acquire = Op::Acquire {
+        terms: Default::default(),
         name: name(),
         lease_ms: 100,
         owner: None,
@@ -1247,7 +1260,7 @@ fn force_release_removes_every_hold() {
     assert_eq!(
         l.apply(1, Op::ForceRelease { name: name() }),
         Applied {
-            result: OpResult::ForceRelease(true),
+            result: OpResult::ForceRelease(1),
             events: vec![Event::ForceReleased {
                 name: name(),
                 token: 2
@@ -1255,7 +1268,7 @@ fn force_release_removes_every_hold() {
         }
     );
     let nothing = Applied {
-        result: OpResult::ForceRelease(false),
+        result: OpResult::ForceRelease(0),
         events: vec![],
     };
     assert_eq!(l.apply(1, Op::ForceRelease { name: name() }), nothing);
@@ -1271,7 +1284,7 @@ fn force_release_of_a_lapsed_lease_expires_it_first() {
     assert_eq!(
         l.apply(10, Op::ForceRelease { name: name() }),
         Applied {
-            result: OpResult::ForceRelease(false),
+            result: OpResult::ForceRelease(0),
             events: vec![expired(1)]
         }
     );
@@ -1553,6 +1566,7 @@ fn a_fence_keeps_the_value_of_its_highest_token() {
         l.apply(
             0,
             Op::FenceSet {
+                lock: None,
                 key: b("k"),
                 token,
                 value: b(value),
@@ -1708,6 +1722,7 @@ fn snapshot_rebuilds_the_same_state() {
     l.apply(
         0,
         Op::FenceSet {
+            lock: None,
             key: b("f"),
             token: 3,
             value: b("v"),
@@ -1741,6 +1756,7 @@ fn snapshot_rebuilds_the_same_state() {
             Item::Counter(b"idle".to_vec(), 7),
             Item::Counter(N.to_vec(), 10),
             Item::Holding {
+                terms: Default::default(),
                 name: N.to_vec(),
                 first_token: 1,
                 token: 2,
@@ -1751,6 +1767,7 @@ fn snapshot_rebuilds_the_same_state() {
                 grants: vec![]
             },
             Item::Waiter {
+                terms: Default::default(),
                 name: N.to_vec(),
                 wait: w,
                 owner: Some(b"b".to_vec()),
@@ -1937,7 +1954,10 @@ fn first_format_records_restore_holdings_and_counters_and_rearm_gives_full_lease
             ttl_ms: 400,
             holds: 1,
             waiters: 0,
-            last_token: 2
+            last_token: 2,
+            holdings: 1,
+            limit: 1,
+            delay_ms: 0,
         }
     );
     assert!(!l.sm.status(b"gone", t(5000)).locked);
@@ -1971,6 +1991,7 @@ fn rearm_events_are_the_same_on_every_machine() {
             for wait in [false, true] {
                 pos += 1;
                 let op = Op::Acquire {
+                    terms: Default::default(),
                     name: name.clone(),
                     lease_ms: 100,
                     owner: None,
