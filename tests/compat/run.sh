@@ -48,7 +48,7 @@ check "PING" "PONG" PING
 check "PING message" "hello" PING hello
 # With -3, redis-cli speaks RESP3 and prints map entries as "key value" lines.
 check_match "-3 HELLO 3" "^server flockd"$'\n'"version 7\.2\.0"$'\n'"proto 3"$'\n' -3 HELLO 3
-check "-3 FLOCK.STATUS is a map" "$(printf '%s\n' 'name compat:free' 'locked 0' 'token ' 'owner ' 'ttl -2' 'holds 0' 'waiters 0' 'last-token 0' | head -c -1)" -3 FLOCK.STATUS compat:free
+check "-3 FLOCK.STATUS is a map" "$(printf '%s\n' 'name compat:free' 'locked 0' 'token ' 'owner ' 'ttl -2' 'holds 0' 'waiters 0' 'last-token 0' 'holdings 0' 'limit 0' 'delay 0' | head -c -1)" -3 FLOCK.STATUS compat:free
 check "CLIENT SETNAME" "OK" CLIENT SETNAME x
 check_match "INFO has redis_version" "redis_version:7\.2\.0" INFO
 check_match "INFO server section" "# Server" INFO server

@@ -36,7 +36,10 @@ def test_resp3():
     assert r.execute_command("FLOCK.ACQUIRE", name, 30000, "OWNER", "me") == 1
     status = r.execute_command("FLOCK.STATUS", name)
     assert isinstance(status, dict), status
-    assert list(status) == ["name", "locked", "token", "owner", "ttl", "holds", "waiters", "last-token"]
+    assert list(status) == [
+        "name", "locked", "token", "owner", "ttl", "holds", "waiters", "last-token",
+        "holdings", "limit", "delay",
+    ]
     assert status["locked"] == 1 and status["token"] == 1 and status["owner"] == "me"
     assert r.execute_command("FLOCK.ACQUIRE", name, 30000) is None
     free = r.execute_command("FLOCK.STATUS", unique("free"))
