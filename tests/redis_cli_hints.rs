@@ -1,6 +1,6 @@
 //! The real redis-cli, in a pseudo-terminal (tmux), shows flockd's argument hints: it builds
 //! them from `COMMAND DOCS` `arguments`, which flockd derives from each command's syntax. Typing
-//! `FLOCK.ACQUIRE ` must show `name lease-ms [WAIT ms] [OWNER id]` after the cursor.
+//! `FLOCK.ACQUIRE ` must show `name lease-ms [SHARED|LIMIT n] [WAIT ms] ...` after the cursor.
 //!
 //! Needs `tmux` and `redis-cli` (CI installs both); without them it prints a NOTICE and passes (and fails under CI=true).
 
@@ -134,14 +134,14 @@ fn redis_cli_shows_argument_hints() {
     let cases = [
         (
             "FLOCK.ACQUIRE ",
-            "FLOCK.ACQUIRE name lease-ms [WAIT ms] [OWNER id]",
+            "FLOCK.ACQUIRE name lease-ms [SHARED|LIMIT n] [WAIT ms] [OWNER id] [SESSION] [LOCKDELAY ms]",
         ),
         // Typed arguments leave the hint, as redis-cli drops them from it.
         (
             "FLOCK.ACQUIRE order:1 30000 ",
-            "FLOCK.ACQUIRE order:1 30000 [WAIT ms] [OWNER id]",
+            "FLOCK.ACQUIRE order:1 30000 [SHARED|LIMIT n] [WAIT ms] [OWNER id] [SESSION] [LOCKDELAY ms]",
         ),
-        ("fence.set ", "fence.set key token value"),
+        ("fence.set ", "fence.set key token value [LOCK name]"),
         // Subcommands get their hints from the container's syntax.
         ("CONFIG GET ", "CONFIG GET parameter [parameter ...]"),
         (
