@@ -138,6 +138,10 @@ pub enum DecodeError {
     BadFlag(u8),
     #[error("bad lock mode {kind} (limit {limit})")]
     BadMode { kind: u8, limit: u32 },
+    /// The form with terms, holding the plain terms: the encoder writes those in the short
+    /// form, and every record has one spelling.
+    #[error("plain terms in the form with terms")]
+    PlainTermsInLongForm,
     #[error("{0} unused bytes after the record's fields")]
     Trailing(usize),
 }
@@ -619,11 +623,15 @@ impl<'a> Cursor<'a> {
         } else {
             None
         };
-        Ok(Terms {
+        let terms = Terms {
             mode,
             session,
             lock_delay_ms: self.u64()?,
-        })
+        };
+        if terms.is_plain() {
+            return Err(DecodeError::PlainTermsInLongForm);
+        }
+        Ok(terms)
     }
 
     fn wait(&mut self) -> Result<WaitId, DecodeError> {

@@ -662,10 +662,16 @@ fn decode_errors_v2() {
         p.push(t);
         assert_eq!(v2(&p), Err(DecodeError::UnknownOp(t)), "op tag {t}");
     }
-    // Terms: a limit of 0, a limit without the limit kind, an unknown kind, a bad session flag.
-    for (kind, limit, session_flag) in
-        [(2u8, 0u32, 0u8), (0, 3, 0), (1, 1, 0), (3, 0, 0), (0, 0, 2)]
-    {
+    // Terms: a limit of 0, a limit without the limit kind, an unknown kind, a bad session flag,
+    // and the plain terms in the form with terms (the encoder writes the short form).
+    for (kind, limit, session_flag) in [
+        (2u8, 0u32, 0u8),
+        (0, 3, 0),
+        (1, 1, 0),
+        (3, 0, 0),
+        (0, 0, 2),
+        (0, 0, 0),
+    ] {
         let mut p = entry_head(1, 2, 1);
         p.push(tag::OP_ACQUIRE_WITH_TERMS);
         p.extend_from_slice(&le32(1));
@@ -678,6 +684,8 @@ fn decode_errors_v2() {
         p.extend_from_slice(&0u64.to_le_bytes());
         let want = if session_flag > 1 {
             DecodeError::BadFlag(session_flag)
+        } else if (kind, limit) == (0, 0) {
+            DecodeError::PlainTermsInLongForm
         } else {
             DecodeError::BadMode { kind, limit }
         };
