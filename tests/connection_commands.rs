@@ -366,6 +366,8 @@ fn command_introspection() {
         "bgrewriteaof",
         "shutdown",
         "flock.acquire",
+        "flock.acquireall",
+        "flock.scan",
         "flock.renew",
         "flock.release",
         "flock.status",

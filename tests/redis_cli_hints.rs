@@ -142,6 +142,14 @@ fn redis_cli_shows_argument_hints() {
             "FLOCK.ACQUIRE order:1 30000 [SHARED|LIMIT n] [WAIT ms] [OWNER id] [SESSION] [LOCKDELAY ms]",
         ),
         ("fence.set ", "fence.set key token value [LOCK name]"),
+        (
+            "FLOCK.ACQUIREALL ",
+            "FLOCK.ACQUIREALL numnames name [name ...] lease-ms [WAIT ms] [OWNER id] [SESSION]",
+        ),
+        (
+            "FLOCK.SCAN ",
+            "FLOCK.SCAN cursor [MATCH pattern] [COUNT count] [HELD]",
+        ),
         // Subcommands get their hints from the container's syntax.
         ("CONFIG GET ", "CONFIG GET parameter [parameter ...]"),
         (

@@ -214,6 +214,8 @@ fn info(meta: &Meta) -> Reply {
             meta.flags
                 .names()
                 .into_iter()
+                // Keys found in the arguments, as Redis flags such commands.
+                .chain(meta.more_keys.map(|_| "movablekeys"))
                 .map(|f| Reply::Simple(f.into()))
                 .collect(),
         ),
@@ -296,8 +298,8 @@ fn docs(meta: &Meta) -> Reply {
     Reply::Map(fields)
 }
 
-/// `COMMAND GETKEYS` / `GETKEYSANDFLAGS`: the keys of a full command line by its `Meta.keys`,
-/// with Redis's error texts.
+/// `COMMAND GETKEYS` / `GETKEYSANDFLAGS`: the keys of a full command line by its `Meta.keys`
+/// and `Meta.more_keys`, with Redis's error texts.
 fn get_keys(argv: &[Bytes], with_flags: bool) -> Reply {
     let Some(meta) = argv
         .first()
@@ -307,7 +309,7 @@ fn get_keys(argv: &[Bytes], with_flags: bool) -> Reply {
         return Reply::error("ERR Invalid command specified");
     };
     let (first, last, step) = meta.keys;
-    if first <= 0 {
+    if first <= 0 && meta.more_keys.is_none() {
         return Reply::error("ERR The command has no key arguments");
     }
     if !meta.arity_ok(argv.len()) {
@@ -320,11 +322,16 @@ fn get_keys(argv: &[Bytes], with_flags: bool) -> Reply {
     } else {
         i64::from(last)
     };
-    let flags = if meta.flags.write { "RW" } else { "RO" };
-    let keys = (first..=last.min(argc - 1))
+    let fixed = (first.max(1)..=last.min(argc - 1))
         .step_by(step as usize)
+        .filter(|_| first > 0)
+        .map(|i| i as usize);
+    let found = meta.more_keys.map_or_else(Vec::new, |find| find(argv));
+    let flags = if meta.flags.write { "RW" } else { "RO" };
+    let keys = fixed
+        .chain(found)
         .map(|i| {
-            let key = Reply::Bulk(argv[i as usize].clone());
+            let key = Reply::Bulk(argv[i].clone());
             if with_flags {
                 Reply::Array(vec![key, Reply::Set(vec![Reply::Simple(flags.into())])])
             } else {

@@ -24,6 +24,12 @@ pub enum CommandError {
         "ERR cannot upgrade a shared holding to exclusive: release it first, or acquire exclusively from the start"
     )]
     CannotUpgrade,
+    #[error("ERR invalid cursor")]
+    InvalidCursor,
+    #[error("ERR numnames is {0} but fewer than {0} names and a lease-ms follow")]
+    NumNamesMismatch(u64),
+    #[error("ERR lock name '{0}' is given twice: FLOCK.ACQUIREALL names must be distinct")]
+    DuplicateName(String),
     #[error("ERR unknown option '{option}' for '{command}' (expected {expected})")]
     UnknownOption {
         command: &'static str,

@@ -31,12 +31,15 @@ mod fence_get;
 mod fence_set;
 mod fence_token;
 mod flock_acquire;
+mod flock_acquireall;
+pub use flock_acquireall::tokens_reply;
 mod flock_advance;
 mod flock_forcerelease;
 mod flock_holders;
 mod flock_hot;
 mod flock_release;
 mod flock_renew;
+mod flock_scan;
 mod flock_status;
 mod flock_token;
 mod flock_ttl;
@@ -219,6 +222,7 @@ command_table! {
     local PUnsubscribe => unsubscribe::PUnsubscribe,
     local Pubsub => pubsub::PubsubCmd,
     state FlockAcquire => flock_acquire::FlockAcquire,
+    state FlockAcquireAll => flock_acquireall::FlockAcquireAll,
     state FlockRenew => flock_renew::FlockRenew,
     state FlockRelease => flock_release::FlockRelease,
     read FlockStatus => flock_status::FlockStatus,
@@ -227,6 +231,7 @@ command_table! {
     read FlockTtl => flock_ttl::FlockTtl,
     state FlockForceRelease => flock_forcerelease::FlockForceRelease,
     local FlockHot => flock_hot::FlockHot,
+    local FlockScan => flock_scan::FlockScan,
     state FlockAdvance => flock_advance::FlockAdvance,
     state FenceSet => fence_set::FenceSet,
     read FenceGet => fence_get::FenceGet,

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use flockd_core::{AcquireResult, CancelResult, Op, OpResult, WaitId};
+use flockd_core::{
+    AcquireAllResult, AcquireResult, CancelAllResult, CancelResult, Op, OpResult, WaitId,
+};
 use flockd_proto::{ProtocolError, ProtocolVersion, Reply, Request, RequestParser, encode};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
@@ -21,8 +23,9 @@ use super::clients::ClientHandle;
 use super::context::{ConnState, Ctx, Outcome, Proposal};
 use super::propose::{Pending, ProposeError, commit};
 use super::pubsub::Delivery;
+use super::waiters::Grant;
 use super::{PREAUTH_LIMITS, PREAUTH_QUERY_BUFFER, Shared, stats};
-use crate::commands::{CommandError, Execution, LocalCommand, TABLE, multi};
+use crate::commands::{CommandError, Execution, LocalCommand, TABLE, multi, tokens_reply};
 
 /// Flush early after this many replies, so one read of many pipelined commands cannot build an
 /// unbounded reply buffer.
@@ -510,7 +513,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             match command.into_transaction() {
                 Ok(Proposal { mut op, reply, .. }) => {
                     // A WAIT inside a transaction does not block: a held lock answers null.
-                    if let Op::Acquire { wait, .. } = &mut op {
+                    if let Op::Acquire { wait, .. } | Op::AcquireAll { wait, .. } = &mut op {
                         *wait = false;
                     }
                     self.conn.bind_session(&mut op);
@@ -605,12 +608,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         self.flush().await?;
         let Proposal { op, reply, wait_ms } = proposal;
         let name = op.key().cloned().unwrap_or_default();
+        let waited_for = WaitedFor::of(&op);
         let deadline = Instant::now() + Duration::from_millis(wait_ms);
         loop {
             let outcome = commit(&*self.shared.log, vec![op.clone()]).await;
             let queued = match &outcome {
                 Ok(results) => match results.first() {
-                    Some(OpResult::Acquire(AcquireResult::Queued(wait))) => Some(*wait),
+                    Some(OpResult::Acquire(AcquireResult::Queued(wait)))
+                    | Some(OpResult::AcquireAll(AcquireAllResult::Queued(wait))) => Some(*wait),
                     _ => None,
                 },
                 Err(_) => None,
@@ -621,10 +626,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 self.push_ready(answer);
                 return Ok(Next::Continue);
             };
-            match self.park(&name, wait, deadline).await? {
+            match self.park(&waited_for, wait, deadline).await? {
                 Parked::Answered(answer) => {
                     let waited = match answer {
-                        Reply::Integer(_) => &self.shared.stats.wait_granted,
+                        Reply::Integer(_) | Reply::Array(_) => &self.shared.stats.wait_granted,
                         _ => &self.shared.stats.wait_timed_out,
                     };
                     waited.observe(started.elapsed());
@@ -645,19 +650,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 Parked::Dropped if Instant::now() < deadline => continue,
                 Parked::Dropped => {
                     self.shared.stats.wait_timed_out.observe(started.elapsed());
-                    self.push_ready(Reply::Null);
+                    self.push_ready(waited_for.nothing());
                     return Ok(Next::Continue);
                 }
             }
         }
     }
 
-    /// Parks until wait `wait` on `name` is granted or must end. Meanwhile input is still read
+    /// Parks until wait `wait` for `waited_for` is granted or must end. Meanwhile input is still read
     /// (and buffered, as Redis does for a blocked client) so a closed connection is noticed at
     /// once and its wait cancelled.
     async fn park(
         &mut self,
-        name: &Bytes,
+        waited_for: &WaitedFor,
         wait: WaitId,
         deadline: Instant,
     ) -> std::io::Result<Parked> {
@@ -676,11 +681,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 // A grant that is already there wins over a deadline reached at the same time.
                 biased;
                 granted = &mut grant => break Some(match granted {
-                    Ok(token) => Parked::Answered(Reply::Integer(token as i64)),
+                    Ok(Grant::One(token)) => Parked::Answered(Reply::Integer(token as i64)),
+                    Ok(Grant::All(tokens)) => Parked::Answered(tokens_reply(&tokens)),
                     Err(_) => Parked::Dropped,
                 }),
                 _ = tokio::time::sleep_until(deadline.into()) => {
-                    break Some(Parked::Answered(self.cancel(name, wait, false).await));
+                    break Some(Parked::Answered(self.cancel(waited_for, wait, false).await));
                 }
                 read = self.stream.read_buf(&mut self.input) => match read {
                     Ok(n) if n > 0 => stats::bump(&shared.stats.net_input_bytes, n as u64),
@@ -695,7 +701,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             Some(parked) => parked,
             None => {
                 // The client is gone: leave the queue, and give back a grant that raced us.
-                self.cancel(name, wait, true).await;
+                self.cancel(waited_for, wait, true).await;
                 Parked::Closed
             }
         })
@@ -703,18 +709,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 
     /// Cancels a wait; the reply for a client still there: null, or the token of a grant that
     /// won the race.
-    async fn cancel(&self, name: &Bytes, wait: WaitId, release_if_granted: bool) -> Reply {
-        let op = Op::CancelWait {
-            name: name.clone(),
-            wait,
-            release_if_granted,
+    async fn cancel(
+        &self,
+        waited_for: &WaitedFor,
+        wait: WaitId,
+        release_if_granted: bool,
+    ) -> Reply {
+        let op = match waited_for {
+            WaitedFor::One(name) => Op::CancelWait {
+                name: name.clone(),
+                wait,
+                release_if_granted,
+            },
+            WaitedFor::All(names) => Op::CancelWaitAll {
+                names: names.clone(),
+                wait,
+                release_if_granted,
+            },
         };
         match commit(&*self.shared.log, vec![op]).await {
             Ok(results) => match results.first() {
                 Some(OpResult::CancelWait(CancelResult::AlreadyGranted(token))) => {
                     Reply::Integer(*token as i64)
                 }
-                _ => Reply::Null,
+                Some(OpResult::CancelWaitAll(CancelAllResult::AlreadyGranted(tokens))) => {
+                    tokens_reply(tokens)
+                }
+                _ => waited_for.nothing(),
             },
             Err(e) => Reply::error(CommandError::from(e).to_string()),
         }
@@ -739,6 +760,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             return Err(std::io::Error::other("client killed"));
         }
         Ok(())
+    }
+}
+
+/// What a blocked acquire waits for: the names its cancel must name.
+enum WaitedFor {
+    One(Bytes),
+    All(Vec<Bytes>),
+}
+
+impl WaitedFor {
+    fn of(op: &Op) -> WaitedFor {
+        match op {
+            Op::AcquireAll { names, .. } => WaitedFor::All(names.clone()),
+            other => WaitedFor::One(other.key().cloned().unwrap_or_default()),
+        }
+    }
+
+    /// The reply of a wait that got nothing: null, or a null array for several names.
+    fn nothing(&self) -> Reply {
+        match self {
+            WaitedFor::One(_) => Reply::Null,
+            WaitedFor::All(_) => Reply::NullArray,
+        }
     }
 }
 

@@ -36,11 +36,14 @@ impl ConnState {
     /// it asks for [`flockd_core::THIS_SESSION`] and the connection puts its id in before the op
     /// is proposed.
     pub fn bind_session(&mut self, op: &mut Op) {
-        if let Op::Acquire { name, terms, .. } = op
-            && terms.session == Some(flockd_core::THIS_SESSION)
-        {
+        let (names, terms) = match op {
+            Op::Acquire { name, terms, .. } => (std::slice::from_ref(&*name), terms),
+            Op::AcquireAll { names, terms, .. } => (names.as_slice(), terms),
+            _ => return,
+        };
+        if terms.session == Some(flockd_core::THIS_SESSION) {
             terms.session = Some(self.handle.id);
-            self.session_names.insert(name.clone());
+            self.session_names.extend(names.iter().cloned());
         }
     }
 }

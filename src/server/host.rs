@@ -9,14 +9,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use flockd_aof::{Applier, Entry};
-use flockd_core::{AcquireResult, Event, Millis, Op, OpResult, Snapshot, StateMachine};
+use flockd_core::{
+    AcquireAllResult, AcquireResult, Event, Millis, Op, OpResult, Snapshot, StateMachine,
+};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tokio::sync::Notify;
 
 use super::hot::{Contention, HotLocks};
 use super::pubsub::PubSub;
 use super::stats::TimeHistogram;
-use super::waiters::WaitRegistry;
+use super::waiters::{Grant, WaitRegistry};
 
 /// How long locks are held, from the events of applied ops (log time, so a hold's length is
 /// what the leases saw). Holds granted before this process started have no start here and are
@@ -97,7 +99,10 @@ impl StateHost {
                     wait: Some(wait),
                     token,
                     ..
-                } => self.waits.granted(*wait, *token),
+                } => self.waits.granted(*wait, Grant::One(*token)),
+                Event::AllGranted { wait, tokens } => {
+                    self.waits.granted(*wait, Grant::All(tokens.clone()))
+                }
                 Event::WaitEnded { wait, .. } => self.waits.ended(*wait),
                 _ => {}
             }
@@ -126,13 +131,18 @@ impl Applier for StateHost {
                         self.hot
                             .record(name, Contention::Queued, std::time::Instant::now());
                     }
-                    (OpResult::Acquire(AcquireResult::Queued(wait)), _) => self.waits.queued(*wait),
+                    (OpResult::Acquire(AcquireResult::Queued(wait)), _)
+                    | (OpResult::AcquireAll(AcquireAllResult::Queued(wait)), _) => {
+                        self.waits.queued(*wait)
+                    }
                     (OpResult::Acquire(AcquireResult::Busy), Op::Acquire { name, .. }) => {
                         self.hot
                             .record(name, Contention::Busy, std::time::Instant::now());
                     }
                     // A cancel ends the wait whatever it found: nobody claims it any more.
-                    (_, Op::CancelWait { wait, .. }) => self.waits.ended(*wait),
+                    (_, Op::CancelWait { wait, .. } | Op::CancelWaitAll { wait, .. }) => {
+                        self.waits.ended(*wait)
+                    }
                     _ => {}
                 }
                 entry_results.push(result);

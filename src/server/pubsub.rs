@@ -206,7 +206,8 @@ fn describe(event: &Event) -> Option<(&'static str, u64, &Bytes)> {
         Event::Released { name, token, .. } => ("released", *token, name),
         Event::Expired { name, token } => ("expired", *token, name),
         Event::ForceReleased { name, token } => ("forcereleased", *token, name),
-        Event::WaitEnded { .. } => return None,
+        // Each name of the grant has its own `Granted`.
+        Event::WaitEnded { .. } | Event::AllGranted { .. } => return None,
     })
 }
 

@@ -1,4 +1,4 @@
-//! The registry of blocked FLOCK.ACQUIRE ... WAIT calls: which wait id belongs to which parked
+//! The registry of blocked FLOCK.ACQUIRE ... WAIT (and FLOCK.ACQUIREALL ... WAIT) calls: which wait id belongs to which parked
 //! connection. The core only knows wait ids; when an applied op grants a lock to one, the
 //! applier looks it up here and hands the token over.
 //!
@@ -12,11 +12,18 @@ use flockd_core::WaitId;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
+/// What a wait was granted: one token, or FLOCK.ACQUIREALL's tokens in the order of its names.
+#[derive(Debug)]
+pub enum Grant {
+    One(u64),
+    All(Vec<u64>),
+}
+
 struct WaitSlot {
-    /// `None` once the token was sent.
-    grant: Option<oneshot::Sender<u64>>,
+    /// `None` once the grant was sent.
+    grant: Option<oneshot::Sender<Grant>>,
     /// `None` once the parked connection claimed it.
-    receiver: Option<oneshot::Receiver<u64>>,
+    receiver: Option<oneshot::Receiver<Grant>>,
 }
 
 #[derive(Default)]
@@ -37,8 +44,8 @@ impl WaitRegistry {
         );
     }
 
-    /// The wait was granted `token`.
-    pub fn granted(&self, wait: WaitId, token: u64) {
+    /// The wait was granted.
+    pub fn granted(&self, wait: WaitId, token: Grant) {
         let mut slots = self.slots.lock();
         let Some(slot) = slots.get_mut(&wait) else {
             return;
@@ -58,7 +65,7 @@ impl WaitRegistry {
     }
 
     /// The parked connection takes the receiving end (once). `None`: the wait already ended.
-    pub fn claim(&self, wait: WaitId) -> Option<oneshot::Receiver<u64>> {
+    pub fn claim(&self, wait: WaitId) -> Option<oneshot::Receiver<Grant>> {
         let mut slots = self.slots.lock();
         let slot = slots.get_mut(&wait)?;
         let receiver = slot.receiver.take();

@@ -17,13 +17,18 @@
 //!   (op tags: 1 Acquire, 2 Renew, 3 Release, 4 ForceRelease, 5 Advance, 6 FenceSet,
 //!   7 CancelWait, 8 Expire, 9 Rearm, 10 Forget, 11 BumpAll; reads inside a transaction:
 //!   12 Status, 13 Token, 14 Ttl, 15 FenceGet, 16 FenceToken; then 17 Acquire with terms,
-//!   18 FenceSet with a lock, 19 EndSession, 20 EndAllSessions, 21 Holders). One entry is one
+//!   18 FenceSet with a lock, 19 EndSession, 20 EndAllSessions, 21 Holders, 22 AcquireAll,
+//!   23 CancelWaitAll). One entry is one
 //!   proposal: a transaction's ops are one record, so a torn tail drops them together. An
 //!   acquire with the plain terms is written as tag 1, so such files stay what they were.
 //! - `32` snapshot begin: `position:u64 at:u64`, the log position the snapshot reflects; replay
 //!   skips entries at or below it. Then the snapshot's items: `33` floor, `34` counter,
 //!   `35` holding, `36` waiter, `37` fence (fields in the order of `flockd_core::SnapshotItem`),
-//!   `38` holding and `39` waiter with terms other than the plain ones, `40` lock-delay.
+//!   `38` holding and `39` waiter with terms other than the plain ones, `40` lock-delay,
+//!   `41` FLOCK.ACQUIREALL waiter.
+//!
+//! AcquireAll and its waiter carry only a session option, not whole terms: their holdings are
+//! always exclusive, without lock-delay.
 //!
 //! Terms: `kind:u8` (0 exclusive, 1 shared, 2 limit) `n:u32` (the limit, 1..=65535, 0 unless
 //! limit) `session:Option<u64>` (flag byte then the id) `lock_delay_ms:u64`.
@@ -92,6 +97,7 @@ mod tag {
     pub const HOLDING_WITH_TERMS: u8 = 38;
     pub const WAITER_WITH_TERMS: u8 = 39;
     pub const DELAY: u8 = 40;
+    pub const MULTI_WAITER: u8 = 41;
 
     pub const OP_ACQUIRE: u8 = 1;
     pub const OP_RENEW: u8 = 2;
@@ -114,6 +120,8 @@ mod tag {
     pub const OP_END_SESSION: u8 = 19;
     pub const OP_END_ALL_SESSIONS: u8 = 20;
     pub const OP_READ_HOLDERS: u8 = 21;
+    pub const OP_ACQUIRE_ALL: u8 = 22;
+    pub const OP_CANCEL_WAIT_ALL: u8 = 23;
 }
 
 /// Why a payload could not be encoded.
@@ -239,16 +247,29 @@ impl<'a> Frame<'a> {
             Mode::Shared => (1, 0),
             Mode::Limit(n) => (2, u32::from(n)),
         };
-        self.u8(kind).u32(limit);
-        match terms.session {
-            Some(id) => self.u8(1).u64(id),
-            None => self.u8(0),
-        };
-        self.u64(terms.lock_delay_ms)
+        self.u8(kind)
+            .u32(limit)
+            .session(terms.session)
+            .u64(terms.lock_delay_ms)
     }
 
     fn wait(&mut self, w: WaitId) -> &mut Self {
         self.u64(w.position).u32(w.index)
+    }
+
+    fn session(&mut self, session: Option<u64>) -> &mut Self {
+        match session {
+            Some(id) => self.u8(1).u64(id),
+            None => self.u8(0),
+        }
+    }
+
+    fn names<N: AsRef<[u8]>>(&mut self, names: &[N]) -> &mut Self {
+        self.u32(names.len() as u32);
+        for name in names {
+            self.bytes(name.as_ref());
+        }
+        self
     }
 
     /// Fills in length and checksum; on a payload over [`MAX_PAYLOAD`] removes the record.
@@ -289,6 +310,30 @@ fn put_op(f: &mut Frame<'_>, op: &Op) {
             if !plain {
                 f.terms(terms);
             }
+        }
+        Op::AcquireAll {
+            names,
+            lease_ms,
+            owner,
+            wait,
+            terms,
+        } => {
+            f.u8(tag::OP_ACQUIRE_ALL)
+                .names(names)
+                .u64(*lease_ms)
+                .opt_bytes(owner.as_deref())
+                .u8(u8::from(*wait))
+                .session(terms.session);
+        }
+        Op::CancelWaitAll {
+            names,
+            wait,
+            release_if_granted,
+        } => {
+            f.u8(tag::OP_CANCEL_WAIT_ALL)
+                .names(names)
+                .wait(*wait)
+                .u8(u8::from(*release_if_granted));
         }
         Op::Renew {
             name,
@@ -469,6 +514,21 @@ pub fn encode_item(item: &SnapshotItem<'_>, out: &mut Vec<u8>) -> Result<(), Rec
             }
             f
         }
+        SnapshotItem::MultiWaiter {
+            wait,
+            names,
+            owner,
+            lease_ms,
+            terms,
+        } => {
+            let mut f = Frame::begin(out, tag::MULTI_WAITER);
+            f.wait(*wait)
+                .names(names)
+                .opt_bytes(*owner)
+                .u64(*lease_ms)
+                .session(terms.session);
+            f
+        }
         SnapshotItem::Delay { name, until } => {
             let mut f = Frame::begin(out, tag::DELAY);
             f.bytes(name).u64(until.0);
@@ -618,20 +678,31 @@ impl<'a> Cursor<'a> {
             (2, n @ 1..=0xffff) => Mode::Limit(n as u16),
             _ => return Err(DecodeError::BadMode { kind, limit }),
         };
-        let session = if self.flag()? {
-            Some(self.u64()?)
-        } else {
-            None
-        };
         let terms = Terms {
             mode,
-            session,
+            session: self.session()?,
             lock_delay_ms: self.u64()?,
         };
         if terms.is_plain() {
             return Err(DecodeError::PlainTermsInLongForm);
         }
         Ok(terms)
+    }
+
+    fn session(&mut self) -> Result<Option<u64>, DecodeError> {
+        Ok(if self.flag()? {
+            Some(self.u64()?)
+        } else {
+            None
+        })
+    }
+
+    /// The terms of FLOCK.ACQUIREALL: exclusive, no lock-delay, and the session that follows.
+    fn exclusive_terms(&mut self) -> Result<Terms, DecodeError> {
+        Ok(Terms {
+            session: self.session()?,
+            ..Terms::default()
+        })
     }
 
     fn wait(&mut self) -> Result<WaitId, DecodeError> {
@@ -672,6 +743,18 @@ fn op(c: &mut Cursor<'_>) -> Result<Op, DecodeError> {
             owner: c.opt_bytes()?,
             wait: c.flag()?,
             terms: c.terms_if(t == tag::OP_ACQUIRE_WITH_TERMS)?,
+        },
+        tag::OP_ACQUIRE_ALL => Op::AcquireAll {
+            names: c.many(Cursor::bytes)?,
+            lease_ms: c.u64()?,
+            owner: c.opt_bytes()?,
+            wait: c.flag()?,
+            terms: c.exclusive_terms()?,
+        },
+        tag::OP_CANCEL_WAIT_ALL => Op::CancelWaitAll {
+            names: c.many(Cursor::bytes)?,
+            wait: c.wait()?,
+            release_if_granted: c.flag()?,
         },
         tag::OP_RENEW => Op::Renew {
             name: c.bytes()?,
@@ -766,6 +849,13 @@ pub fn decode_v2(payload: &[u8]) -> Result<Record<'_>, DecodeError> {
             lease_ms: c.u64()?,
             terms: c.terms_if(t == tag::WAITER_WITH_TERMS)?,
         }),
+        tag::MULTI_WAITER => Record::Item(SnapshotItem::MultiWaiter {
+            wait: c.wait()?,
+            names: c.many(Cursor::slice)?,
+            owner: c.opt_slice()?,
+            lease_ms: c.u64()?,
+            terms: c.exclusive_terms()?,
+        }),
         tag::DELAY => Record::Item(SnapshotItem::Delay {
             name: c.slice()?,
             until: Millis(c.u64()?),
@@ -832,7 +922,7 @@ pub fn decode_payload(version: Version, payload: &[u8]) -> Result<Payload<'_>, D
 pub(crate) fn tag_is_known(version: Version, t: u8) -> bool {
     match version {
         Version::V1 => (tag::V1_GRANT..=tag::V1_FLOOR).contains(&t),
-        Version::V2 => t == tag::ENTRY || (tag::SNAPSHOT_BEGIN..=tag::DELAY).contains(&t),
+        Version::V2 => t == tag::ENTRY || (tag::SNAPSHOT_BEGIN..=tag::MULTI_WAITER).contains(&t),
     }
 }
 

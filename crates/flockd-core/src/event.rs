@@ -14,6 +14,12 @@ pub enum Event {
         token: u64,
         wait: Option<WaitId>,
     },
+    /// A FLOCK.ACQUIREALL waiter was granted every name; each also has its own `Granted`
+    /// (with no wait). `tokens` in the order of the names.
+    AllGranted {
+        wait: WaitId,
+        tokens: Vec<u64>,
+    },
     /// A lease was reset; `token` is the holding's latest token.
     Renewed {
         name: Bytes,

@@ -32,6 +32,14 @@ pub enum SnapshotItem<'a> {
         lease_ms: u64,
         terms: Terms,
     },
+    /// A FLOCK.ACQUIREALL waiter (after every name's items), in wait order.
+    MultiWaiter {
+        wait: WaitId,
+        names: Vec<&'a [u8]>,
+        owner: Option<&'a [u8]>,
+        lease_ms: u64,
+        terms: Terms,
+    },
     /// The name grants nothing before `until` (lock-delay).
     Delay { name: &'a [u8], until: Millis },
     /// A fence key's highest accepted token and its value.

@@ -27,9 +27,12 @@ pub use event::Event;
 pub use fence::FenceStats;
 pub use item::SnapshotItem;
 pub use machine::{Applied, StateMachine};
-pub use op::{AcquireResult, CancelResult, HoldingRef, Op, OpResult, Read, WaitId};
+pub use op::{
+    AcquireAllResult, AcquireResult, CancelAllResult, CancelResult, HoldingRef, Op, OpResult, Read,
+    WaitId,
+};
 pub use snapshot::Snapshot;
-pub use table::{HolderStatus, LockStats, LockStatus};
+pub use table::{HolderStatus, LockStats, LockStatus, ScanFilter};
 pub use terms::{Mode, THIS_SESSION, Terms};
 pub use time::Millis;
 pub use v1::V1Change;

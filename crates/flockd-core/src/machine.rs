@@ -5,7 +5,7 @@ use bytes::Bytes;
 use crate::fence::FenceRegister;
 use crate::item::SnapshotItem;
 use crate::snapshot::Snapshot;
-use crate::table::{Acquire, LockTable, V1HoldingChange};
+use crate::table::{Acquire, AcquireAll, LockTable, ScanFilter, V1HoldingChange};
 use crate::{
     AcquireResult, Event, FenceStats, HoldingRef, LockStats, LockStatus, Millis, Op, OpResult,
     Read, Terms, V1Change, WaitId,
@@ -55,6 +55,19 @@ impl StateMachine {
     ) -> OpResult {
         self.position = self.position.max(position);
         self.at = self.at.max(at);
+        let result = self.apply_op(position, index, at, op, events);
+        self.locks.serve_multi_waiters(at, events);
+        result
+    }
+
+    fn apply_op(
+        &mut self,
+        position: u64,
+        index: u32,
+        at: Millis,
+        op: &Op,
+        events: &mut Vec<Event>,
+    ) -> OpResult {
         let locks = &mut self.locks;
         match op {
             Op::Acquire {
@@ -72,6 +85,23 @@ impl StateMachine {
                     terms: *terms,
                 };
                 OpResult::Acquire(locks.acquire(name, request, at, events))
+            }
+            Op::AcquireAll {
+                names,
+                lease_ms,
+                owner,
+                wait,
+                terms,
+            } => {
+                let request = AcquireAll {
+                    wait_id: WaitId { position, index },
+                    names,
+                    owner,
+                    lease_ms: *lease_ms,
+                    wait: *wait,
+                    terms: *terms,
+                };
+                OpResult::AcquireAll(locks.acquire_all(request, at, events))
             }
             Op::Renew {
                 name,
@@ -106,6 +136,17 @@ impl StateMachine {
                 release_if_granted,
             } => OpResult::CancelWait(locks.cancel_wait(
                 name,
+                *wait,
+                *release_if_granted,
+                at,
+                events,
+            )),
+            Op::CancelWaitAll {
+                names,
+                wait,
+                release_if_granted,
+            } => OpResult::CancelWaitAll(locks.cancel_wait_all(
+                names,
                 *wait,
                 *release_if_granted,
                 at,
@@ -155,6 +196,12 @@ impl StateMachine {
     /// been applied yet.
     pub fn status(&self, name: &[u8], now: Millis) -> LockStatus {
         self.locks.status(name, now)
+    }
+
+    /// FLOCK.SCAN: up to about `count` names from `cursor` on, and the next cursor (0 at the
+    /// end). See `table::scan` for the guarantee.
+    pub fn scan(&self, cursor: u64, count: usize, filter: ScanFilter) -> (u64, Vec<Bytes>) {
+        self.locks.scan(cursor, count, filter)
     }
 
     /// The name's counter: the highest token issued or advanced to, 0 if none.

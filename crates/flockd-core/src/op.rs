@@ -42,6 +42,16 @@ pub enum Op {
         wait: bool,
         terms: Terms,
     },
+    /// FLOCK.ACQUIREALL: every name exclusively, all at once or none. `wait`: wait, holding
+    /// nothing and queued on no name, until every name would grant at the same moment. Only
+    /// the session of `terms` is used (the holdings are exclusive, without lock-delay).
+    AcquireAll {
+        names: Vec<Bytes>,
+        lease_ms: u64,
+        owner: Option<Bytes>,
+        wait: bool,
+        terms: Terms,
+    },
     /// FLOCK.RENEW: reset the lease of the holding `token` belongs to.
     Renew {
         name: Bytes,
@@ -72,6 +82,13 @@ pub enum Op {
     /// the race is released, so a closed connection never keeps a lock).
     CancelWait {
         name: Bytes,
+        wait: WaitId,
+        release_if_granted: bool,
+    },
+    /// A FLOCK.ACQUIREALL waiter gave up, as [`Op::CancelWait`]; a grant that won the race is
+    /// reported (or released) on all its names.
+    CancelWaitAll {
+        names: Vec<Bytes>,
         wait: WaitId,
         release_if_granted: bool,
     },
@@ -123,6 +140,7 @@ impl Op {
                 | Read::Ttl { name },
             ) => Some(name),
             Op::Read(Read::FenceGet { key } | Read::FenceToken { key }) => Some(key),
+            Op::AcquireAll { names, .. } | Op::CancelWaitAll { names, .. } => names.first(),
             Op::Expire { .. }
             | Op::Rearm { .. }
             | Op::Forget { .. }
@@ -147,6 +165,30 @@ pub enum AcquireResult {
     CannotUpgrade,
 }
 
+/// What FLOCK.ACQUIREALL got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AcquireAllResult {
+    /// Every name granted: the tokens, in the order of the names.
+    Granted(Vec<u64>),
+    /// Some name would not grant now, and the request did not ask to wait.
+    Busy,
+    /// Waiting. An [`crate::Event::AllGranted`] with this wait id hands it the names later.
+    Queued(WaitId),
+    /// The owner holds one of the names shared (or as a permit).
+    CannotUpgrade,
+}
+
+/// What cancelling a FLOCK.ACQUIREALL wait found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CancelAllResult {
+    /// Not waiting any more, or gone now: it holds nothing.
+    Removed,
+    /// Granted before the cancel, and every one of those holdings still current: the tokens in
+    /// the order of the names (released now with `release_if_granted`). If any had ended, the
+    /// others are released and the result is `Removed`: all or nothing.
+    AlreadyGranted(Vec<u64>),
+}
+
 /// What cancelling a wait found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CancelResult {
@@ -161,6 +203,7 @@ pub enum CancelResult {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OpResult {
     Acquire(AcquireResult),
+    AcquireAll(AcquireAllResult),
     Renew(Result<(), LockError>),
     /// `Ok(true)`: the lock is free now; `Ok(false)`: a reentrant hold remains.
     Release(Result<bool, LockError>),
@@ -173,6 +216,7 @@ pub enum OpResult {
     /// Whether the value was stored.
     FenceSet(bool),
     CancelWait(CancelResult),
+    CancelWaitAll(CancelAllResult),
     /// How many leases expired.
     Expire(usize),
     /// How many holdings were re-armed and how many waiters dropped.

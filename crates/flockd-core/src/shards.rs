@@ -30,11 +30,19 @@ impl<V: Clone> Default for Shards<V> {
     }
 }
 
+const SEED: foldhash::fast::FixedState = foldhash::fast::FixedState::with_seed(0x666c_6f63_6b64);
+
 /// Which shard a key lives in.
 pub(crate) fn shard_of(key: &[u8]) -> usize {
-    const SEED: foldhash::fast::FixedState =
-        foldhash::fast::FixedState::with_seed(0x666c_6f63_6b64);
     (SEED.hash_one(key) % SHARDS as u64) as usize
+}
+
+/// A key's place in a full walk of the map: its shard in the top 8 bits, then the rest of its
+/// hash. The same on every machine and for the life of the key, whatever the map does meanwhile,
+/// so a cursor of such places never skips a key that stays (what FLOCK.SCAN promises).
+pub(crate) fn scan_key(key: &[u8]) -> u64 {
+    let hash = SEED.hash_one(key);
+    ((hash % SHARDS as u64) << 56) | (hash >> 8)
 }
 
 impl<V: Clone> Shards<V> {

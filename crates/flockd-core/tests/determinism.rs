@@ -15,8 +15,8 @@ use std::hash::{Hash, Hasher};
 
 use bytes::Bytes;
 use flockd_core::{
-    AcquireResult, Event, HoldingRef, MAX_TOKEN, Millis, Mode, Op, OpResult, Snapshot,
-    SnapshotItem, StateMachine, Terms, WaitId,
+    AcquireAllResult, AcquireResult, Event, HoldingRef, MAX_TOKEN, Millis, Mode, Op, OpResult,
+    Snapshot, SnapshotItem, StateMachine, Terms, WaitId,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -96,6 +96,18 @@ enum Gen {
     BumpAll {
         by: u64,
     },
+    AcquireAll {
+        /// Which two or three names, in which order.
+        names: Vec<usize>,
+        lease: u64,
+        owner: usize,
+        wait: bool,
+        session: Option<u64>,
+    },
+    CancelWaitAll {
+        waiter: Index,
+        release_if_granted: bool,
+    },
 }
 
 fn gen_op() -> impl Strategy<Value = Gen> {
@@ -131,6 +143,20 @@ fn gen_op() -> impl Strategy<Value = Gen> {
         1 => (0..3usize).prop_map(|max_idle| Gen::ForgetIdle { max_idle }),
         1 => (0..8u8).prop_map(|mask| Gen::Forget { mask }),
         1 => (0..5u64).prop_map(|by| Gen::BumpAll { by }),
+        3 => (
+            Just((0..NAMES.len()).collect::<Vec<usize>>()).prop_shuffle(),
+            2..=NAMES.len(),
+            1..150u64,
+            0..OWNERS.len(),
+            prop::bool::weighted(0.6),
+            prop::option::weighted(0.2, 1..3u64),
+        )
+            .prop_map(|(mut names, count, lease, owner, wait, session)| {
+                names.truncate(count);
+                Gen::AcquireAll { names, lease, owner, wait, session }
+            }),
+        1 => (any::<Index>(), any::<bool>())
+            .prop_map(|(waiter, release_if_granted)| Gen::CancelWaitAll { waiter, release_if_granted }),
     ]
 }
 
@@ -194,6 +220,7 @@ struct Entry {
 struct Seen {
     tokens: [Vec<u64>; 3],
     waits: Vec<(usize, WaitId)>,
+    waits_all: Vec<(Vec<usize>, WaitId)>,
 }
 
 impl Seen {
@@ -216,6 +243,17 @@ impl Seen {
         {
             let i = NAMES.iter().position(|n| n == name).unwrap();
             self.waits.push((i, *wait));
+        }
+        if let (
+            Op::AcquireAll { names, .. },
+            OpResult::AcquireAll(AcquireAllResult::Queued(wait)),
+        ) = (op, result)
+        {
+            let names = names
+                .iter()
+                .map(|name| NAMES.iter().position(|n| n == name).unwrap())
+                .collect();
+            self.waits_all.push((names, *wait));
         }
     }
 }
@@ -321,6 +359,36 @@ fn concretize(g: &Gen, sm: &mut StateMachine, seen: &Seen, now: Millis) -> Optio
                 .collect(),
         },
         Gen::BumpAll { by } => Op::BumpAll { by },
+        Gen::AcquireAll {
+            ref names,
+            lease,
+            owner,
+            wait,
+            session,
+        } => Op::AcquireAll {
+            names: names.iter().map(|&n| name(n)).collect(),
+            lease_ms: lease,
+            owner: OWNERS[owner].map(bytes),
+            wait,
+            terms: Terms {
+                session,
+                ..Terms::default()
+            },
+        },
+        Gen::CancelWaitAll {
+            ref waiter,
+            release_if_granted,
+        } => {
+            if seen.waits_all.is_empty() {
+                return None;
+            }
+            let (names, wait) = &seen.waits_all[waiter.index(seen.waits_all.len())];
+            Op::CancelWaitAll {
+                names: names.iter().map(|&n| name(n)).collect(),
+                wait: *wait,
+                release_if_granted,
+            }
+        }
     })
 }
 
@@ -365,6 +433,13 @@ enum Item {
     },
     Delay(Vec<u8>, Millis),
     Fence(Vec<u8>, u64, Vec<u8>),
+    MultiWaiter {
+        wait: WaitId,
+        names: Vec<Vec<u8>>,
+        owner: Option<Vec<u8>>,
+        lease_ms: u64,
+        terms: Terms,
+    },
 }
 
 impl Item {
@@ -410,6 +485,19 @@ impl Item {
                 Item::Fence(key.to_vec(), token, value.to_vec())
             }
             SnapshotItem::Delay { name, until } => Item::Delay(name.to_vec(), until),
+            SnapshotItem::MultiWaiter {
+                wait,
+                names,
+                owner,
+                lease_ms,
+                terms,
+            } => Item::MultiWaiter {
+                wait,
+                names: names.iter().map(|n| n.to_vec()).collect(),
+                owner: owner.map(<[u8]>::to_vec),
+                lease_ms,
+                terms,
+            },
         }
     }
 
@@ -463,6 +551,19 @@ impl Item {
                 token: *token,
                 value,
             },
+            Item::MultiWaiter {
+                wait,
+                names,
+                owner,
+                lease_ms,
+                terms,
+            } => SnapshotItem::MultiWaiter {
+                wait: *wait,
+                names: names.iter().map(Vec::as_slice).collect(),
+                owner: owner.as_deref(),
+                lease_ms: *lease_ms,
+                terms: *terms,
+            },
         };
         sm.restore(&item);
     }
@@ -476,6 +577,7 @@ impl Item {
             | Item::Waiter { name, .. }
             | Item::Delay(name, _) => (1, name),
             Item::Fence(key, _, _) => (2, key),
+            Item::MultiWaiter { .. } => (3, b""),
         }
     }
 }
@@ -508,10 +610,13 @@ fn rebuild(snapshot: &Snapshot, seed: u64) -> StateMachine {
     restore(snapshot.position(), snapshot.at(), &items)
 }
 
-/// Runs the expiry task of `sm` at `now` until nothing is due, as one op per look.
+/// Runs the expiry task of `sm` at `now` until nothing is due, as one op per look. One look
+/// takes everything due: a FLOCK.ACQUIREALL waiter is granted when the last of its names
+/// frees, so expiring in batches that differ between the two indexes could grant different
+/// waiters (in a real log the batches are the log's).
 fn expire_everything(sm: &mut StateMachine, position: u64, now: Millis) {
     for _ in 0..1000 {
-        let leases = sm.due_leases(now, 4);
+        let leases = sm.due_leases(now, 10_000);
         if leases.is_empty() {
             return;
         }

@@ -473,7 +473,7 @@ impl Run {
                         event
                     );
                 }
-                Event::WaitEnded { .. } => {}
+                Event::WaitEnded { .. } | Event::AllGranted { .. } => {}
             }
         }
         let mut first_tokens = [None; 2];

@@ -9,13 +9,16 @@
 //!   have been granted), so nobody waits behind a request that fits; and the expiry task's op
 //!   leaves no lapsed lease and no ended lock-delay behind;
 //! - a new holding granted by an acquire never jumps a queue;
+//! - FLOCK.ACQUIREALL grants every name or none, and once the expiry task's op is applied no
+//!   such waiter is left waiting while every one of its names is free;
 //! - a fresh machine fed the same log reaches the same digest.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use flockd_core::{
-    AcquireResult, Event, Millis, Mode, Op, OpResult, SnapshotItem, StateMachine, Terms, WaitId,
+    AcquireAllResult, AcquireResult, Event, Millis, Mode, Op, OpResult, SnapshotItem, StateMachine,
+    Terms, WaitId,
 };
 use proptest::prelude::*;
 
@@ -43,6 +46,16 @@ enum Step {
     Cancel {
         pick: usize,
     },
+    AcquireAll {
+        reversed: bool,
+        lease: u64,
+        owner: usize,
+        wait: bool,
+        session: bool,
+    },
+    CancelAll {
+        pick: usize,
+    },
     EndSession,
     Expire,
     Tick {
@@ -68,6 +81,15 @@ fn step() -> impl Strategy<Value = Step> {
         4 => (0..NAMES.len(), any::<usize>()).prop_map(|(name, pick)| Step::Release { name, pick }),
         1 => (0..NAMES.len()).prop_map(|name| Step::ForceRelease { name }),
         2 => any::<usize>().prop_map(|pick| Step::Cancel { pick }),
+        3 => (any::<bool>(), 5..120u64, 0..OWNERS.len(), prop::bool::weighted(0.6), prop::bool::weighted(0.2))
+            .prop_map(|(reversed, lease, owner, wait, session)| Step::AcquireAll {
+                reversed,
+                lease,
+                owner,
+                wait,
+                session,
+            }),
+        1 => any::<usize>().prop_map(|pick| Step::CancelAll { pick }),
         1 => Just(Step::EndSession),
         2 => Just(Step::Expire),
         3 => (1..40u64).prop_map(|ms| Step::Tick { ms }),
@@ -121,6 +143,17 @@ fn read_state(sm: &StateMachine) -> BTreeMap<Vec<u8>, NameState> {
     out
 }
 
+/// The names of every FLOCK.ACQUIREALL waiter.
+fn multi_waiters(sm: &StateMachine) -> Vec<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    sm.snapshot().emit(&mut |item| {
+        if let SnapshotItem::MultiWaiter { names, .. } = item {
+            out.push(names.iter().map(|n| n.to_vec()).collect());
+        }
+    });
+    out
+}
+
 fn admits(mode: Mode, others: &[(u64, Mode, Millis)]) -> bool {
     let limit = others
         .iter()
@@ -138,6 +171,7 @@ proptest! {
         let mut log: Vec<(u64, Millis, Op)> = Vec::new();
         let mut now = Millis(1);
         let mut queued: Vec<(Bytes, WaitId)> = Vec::new();
+        let mut queued_all: Vec<(Vec<Bytes>, WaitId)> = Vec::new();
         let mut last_token: BTreeMap<Bytes, u64> = BTreeMap::new();
         for step in steps {
             let before = read_state(&sm);
@@ -169,6 +203,26 @@ proptest! {
                     let (name, wait) = queued.remove(pick % queued.len());
                     Op::CancelWait { name, wait, release_if_granted: pick % 2 == 0 }
                 }
+                Step::AcquireAll { reversed, lease, owner, wait, session } => {
+                    let mut names: Vec<Bytes> = NAMES.iter().map(|n| Bytes::from_static(n)).collect();
+                    if reversed {
+                        names.reverse();
+                    }
+                    Op::AcquireAll {
+                        names,
+                        lease_ms: lease,
+                        owner: OWNERS[owner].map(Bytes::from_static),
+                        wait,
+                        terms: Terms { session: session.then_some(7), ..Terms::default() },
+                    }
+                }
+                Step::CancelAll { pick } => {
+                    if queued_all.is_empty() {
+                        continue;
+                    }
+                    let (names, wait) = queued_all.remove(pick % queued_all.len());
+                    Op::CancelWaitAll { names, wait, release_if_granted: pick % 2 == 0 }
+                }
                 Step::EndSession => Op::EndSession {
                     session: 7,
                     names: NAMES.iter().map(|n| Bytes::from_static(n)).collect(),
@@ -188,6 +242,39 @@ proptest! {
             if let OpResult::Acquire(AcquireResult::Queued(wait)) = applied.result {
                 queued.push((op.key().unwrap().clone(), wait));
             }
+            if let (OpResult::AcquireAll(AcquireAllResult::Queued(wait)), Op::AcquireAll { names, .. }) =
+                (&applied.result, &op)
+            {
+                queued_all.push((names.clone(), *wait));
+            }
+            // All or nothing: every grant that went to no single waiter is the op's own grant
+            // (one token, or one per name of FLOCK.ACQUIREALL) or part of a waiting
+            // FLOCK.ACQUIREALL's grant of all its names.
+            let unqueued_grants = applied
+                .events
+                .iter()
+                .filter(|e| matches!(e, Event::Granted { wait: None, .. }))
+                .count();
+            let all_granted: usize = applied
+                .events
+                .iter()
+                .map(|e| match e {
+                    Event::AllGranted { tokens, .. } => {
+                        assert_eq!(tokens.len(), NAMES.len());
+                        tokens.len()
+                    }
+                    _ => 0,
+                })
+                .sum();
+            let own = match &applied.result {
+                OpResult::Acquire(AcquireResult::Granted(_)) => 1,
+                OpResult::AcquireAll(AcquireAllResult::Granted(tokens)) => {
+                    prop_assert_eq!(tokens.len(), NAMES.len());
+                    tokens.len()
+                }
+                _ => 0,
+            };
+            prop_assert_eq!(unqueued_grants, own + all_granted, "a grant of part of the names");
             for event in &applied.events {
                 if let Event::Granted { name, token, wait } = event {
                     let last = last_token.entry(name.clone()).or_insert(0);
@@ -208,7 +295,18 @@ proptest! {
                     }
                 }
             }
-            for (name, state) in read_state(&sm) {
+            let state_now = read_state(&sm);
+            if matches!(op, Op::Expire { .. }) {
+                for names in multi_waiters(&sm) {
+                    let all_free = names.iter().all(|n| {
+                        state_now.get(n.as_slice()).is_none_or(|s| {
+                            s.holdings.is_empty() && s.waiters.is_empty() && s.delay_until == Millis(0)
+                        })
+                    });
+                    prop_assert!(!all_free, "an ACQUIREALL of {names:?} waits with every name free");
+                }
+            }
+            for (name, state) in state_now {
                 let live: Vec<_> = state.holdings.iter().filter(|h| h.2 > now).copied().collect();
                 for (i, h) in live.iter().enumerate() {
                     let mut others = live.clone();

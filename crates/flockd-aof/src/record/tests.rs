@@ -147,6 +147,33 @@ pub(crate) fn arb_op() -> impl Strategy<Value = Op> {
         (any::<u64>(), proptest::collection::vec(arb_bytes(), 0..4))
             .prop_map(|(session, names)| Op::EndSession { session, names }),
         Just(Op::EndAllSessions),
+        (
+            proptest::collection::vec(arb_bytes(), 0..4),
+            any::<u64>(),
+            proptest::option::of(arb_bytes()),
+            any::<bool>(),
+            proptest::option::of(any::<u64>())
+        )
+            .prop_map(|(names, lease_ms, owner, wait, session)| Op::AcquireAll {
+                names,
+                lease_ms,
+                owner,
+                wait,
+                terms: Terms {
+                    session,
+                    ..Terms::default()
+                }
+            }),
+        (
+            proptest::collection::vec(arb_bytes(), 0..4),
+            arb_wait(),
+            any::<bool>()
+        )
+            .prop_map(|(names, wait, release_if_granted)| Op::CancelWaitAll {
+                names,
+                wait,
+                release_if_granted
+            }),
         (arb_bytes(), any::<u64>(), any::<u64>()).prop_map(|(name, token, lease_ms)| Op::Renew {
             name,
             token,
@@ -223,6 +250,13 @@ pub(crate) enum OwnedItem {
         token: u64,
         value: Vec<u8>,
     },
+    MultiWaiter {
+        wait: WaitId,
+        names: Vec<Vec<u8>>,
+        owner: Option<Vec<u8>>,
+        lease_ms: u64,
+        session: Option<u64>,
+    },
 }
 
 impl OwnedItem {
@@ -275,6 +309,22 @@ impl OwnedItem {
             OwnedItem::Delay(name, until) => SnapshotItem::Delay {
                 name,
                 until: Millis(*until),
+            },
+            OwnedItem::MultiWaiter {
+                wait,
+                names,
+                owner,
+                lease_ms,
+                session,
+            } => SnapshotItem::MultiWaiter {
+                wait: *wait,
+                names: names.iter().map(Vec::as_slice).collect(),
+                owner: owner.as_deref(),
+                lease_ms: *lease_ms,
+                terms: Terms {
+                    session: *session,
+                    ..Terms::default()
+                },
             },
         }
     }
@@ -330,6 +380,22 @@ pub(crate) fn arb_item() -> impl Strategy<Value = OwnedItem> {
                 terms
             }),
         (arb_vec(), any::<u64>()).prop_map(|(name, until)| OwnedItem::Delay(name, until)),
+        (
+            arb_wait(),
+            proptest::collection::vec(arb_vec(), 0..4),
+            proptest::option::of(arb_vec()),
+            any::<u64>(),
+            proptest::option::of(any::<u64>())
+        )
+            .prop_map(
+                |(wait, names, owner, lease_ms, session)| OwnedItem::MultiWaiter {
+                    wait,
+                    names,
+                    owner,
+                    lease_ms,
+                    session
+                }
+            ),
         (arb_vec(), any::<u64>(), arb_vec()).prop_map(|(key, token, value)| OwnedItem::Fence {
             key,
             token,
@@ -657,7 +723,7 @@ fn decode_errors_v2() {
     p.extend_from_slice(&[0, 0]);
     assert_eq!(v2(&p), Err(DecodeError::Trailing(2)));
     // Unknown op tags.
-    for t in [0u8, 22, 99, 255] {
+    for t in [0u8, 24, 99, 255] {
         let mut p = entry_head(1, 2, 1);
         p.push(t);
         assert_eq!(v2(&p), Err(DecodeError::UnknownOp(t)), "op tag {t}");
@@ -837,7 +903,7 @@ fn versions_do_not_mix() {
     assert_eq!(&HEADER_V1[..7], MAGIC);
     for t in 0..=255u8 {
         let v1_tag = (1..=8).contains(&t);
-        let v2_tag = t == 16 || (32..=40).contains(&t);
+        let v2_tag = t == 16 || (32..=41).contains(&t);
         assert_eq!(tag_is_known(Version::V1, t), v1_tag, "tag {t}");
         assert_eq!(tag_is_known(Version::V2, t), v2_tag, "tag {t}");
     }
@@ -993,6 +1059,39 @@ fn known_layout_v2() {
             [&[3u8][..], &n, &le64(3)].concat(),
         ),
         (Op::ForceRelease { name: name() }, [&[4u8][..], &n].concat()),
+        (
+            Op::AcquireAll {
+                names: vec![name(), name()],
+                lease_ms: 5,
+                owner: None,
+                wait: true,
+                terms: Terms {
+                    session: Some(9),
+                    ..Terms::default()
+                },
+            },
+            [
+                &[22u8][..],
+                &le32(2),
+                &n,
+                &n,
+                &le64(5),
+                &[0, 1, 1],
+                &le64(9),
+            ]
+            .concat(),
+        ),
+        (
+            Op::CancelWaitAll {
+                names: vec![name()],
+                wait: WaitId {
+                    position: 6,
+                    index: 7,
+                },
+                release_if_granted: true,
+            },
+            [&[23u8][..], &le32(1), &n, &le64(6), &le32(7), &[1]].concat(),
+        ),
         (
             Op::Advance {
                 name: name(),

@@ -102,6 +102,14 @@ pub(super) struct Waiter {
     pub terms: Terms,
 }
 
+/// What an acquire would get from an entry now (see [`LockEntry::readiness`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Readiness {
+    Grant,
+    Busy,
+    Upgrade,
+}
+
 /// Where an owner's acquire goes when it already holds the name.
 enum Reentry {
     /// A hold of this holding (by index).
@@ -288,7 +296,7 @@ impl LockEntry {
     /// Brings the entry up to the op's time: expires every holding whose lease ran out (in grant
     /// order), ends a lock-delay that is over, and hands the lock to the waiters that fit now.
     /// Every op on an entry starts with it.
-    fn settle(&mut self, ctx: &mut EntryCtx<'_>) {
+    pub fn settle(&mut self, ctx: &mut EntryCtx<'_>) {
         let mut index = 0;
         while index < self.holdings().len() {
             if self.holdings()[index].live_at(ctx.at) {
@@ -392,6 +400,78 @@ impl LockEntry {
         } else {
             Reentry::New
         }
+    }
+
+    /// What an acquire by `owner` of `mode` would get now, changing nothing: the rules of
+    /// [`Self::acquire`] on an entry settled at `at`. FLOCK.ACQUIREALL asks every name before
+    /// it takes any.
+    pub fn readiness(
+        &self,
+        owner: &Option<Bytes>,
+        mode: Mode,
+        at: Millis,
+        floor: u64,
+    ) -> Readiness {
+        if self.counter(floor) >= MAX_TOKEN {
+            return Readiness::Busy;
+        }
+        match self.reentry(owner, mode) {
+            Reentry::Into(index) if self.holdings()[index].holds < u32::MAX => Readiness::Grant,
+            Reentry::Into(_) => Readiness::Busy,
+            Reentry::Upgrade => Readiness::Upgrade,
+            Reentry::New if self.waiter_count() == 0 && !self.delayed(at) && self.fits(mode) => {
+                Readiness::Grant
+            }
+            Reentry::New => Readiness::Busy,
+        }
+    }
+
+    /// Grants what [`Self::readiness`] found grantable, as a hold of the owner's holding or a new
+    /// one, and records `wait` with it so a cancel racing the grant finds the token. The
+    /// `Granted` event names no wait: a multi-name waiter is told of all its names at once.
+    pub fn grant_now(
+        &mut self,
+        owner: &Option<Bytes>,
+        lease_ms: u64,
+        terms: Terms,
+        wait: Option<WaitId>,
+        ctx: &mut EntryCtx<'_>,
+    ) -> Option<u64> {
+        let (index, token) = match self.reentry(owner, terms.mode) {
+            Reentry::Into(index) => (index, self.grant_reentrant(index, lease_ms, None, ctx)?),
+            Reentry::New => {
+                let token = self.grant_new(owner.clone(), lease_ms, terms, None, ctx)?;
+                (self.holdings().len() - 1, token)
+            }
+            Reentry::Upgrade => return None,
+        };
+        if let Some(wait) = wait {
+            self.holdings_mut()[index].grants.push((wait, token));
+        }
+        Some(token)
+    }
+
+    /// Where the record of the grant that went to `wait` is: (holding index, record index).
+    fn find_grant(&self, wait: WaitId) -> Option<(usize, usize)> {
+        self.holdings().iter().enumerate().find_map(|(index, h)| {
+            h.grants
+                .iter()
+                .position(|&(w, _)| w == wait)
+                .map(|grant| (index, grant))
+        })
+    }
+
+    /// The token granted to `wait`, while that holding is current.
+    pub fn grant_of(&self, wait: WaitId) -> Option<u64> {
+        let (index, grant) = self.find_grant(wait)?;
+        Some(self.holdings()[index].grants[grant].1)
+    }
+
+    /// Takes the record of the grant that went to `wait`: (holding index, token).
+    pub fn take_grant(&mut self, wait: WaitId) -> Option<(usize, u64)> {
+        let (index, grant) = self.find_grant(wait)?;
+        let (_, token) = self.holdings_mut()[index].grants.swap_remove(grant);
+        Some((index, token))
     }
 
     /// Starts a new holding after the others. `None` if the counter is exhausted.
@@ -560,7 +640,7 @@ impl LockEntry {
     }
 
     /// Removes one hold of holding `index`; true if the holding is gone now.
-    fn release_one_hold(&mut self, index: usize, ctx: &mut EntryCtx<'_>) -> bool {
+    pub fn release_one_hold(&mut self, index: usize, ctx: &mut EntryCtx<'_>) -> bool {
         ctx.counters.releases += 1;
         let holding = &mut self.holdings_mut()[index];
         holding.holds = holding.holds.saturating_sub(1);
@@ -655,16 +735,9 @@ impl LockEntry {
             }
             return CancelResult::Removed;
         }
-        let found = self.holdings().iter().enumerate().find_map(|(index, h)| {
-            h.grants
-                .iter()
-                .position(|&(w, _)| w == wait)
-                .map(|grant| (index, grant))
-        });
-        let Some((index, grant)) = found else {
+        let Some((index, token)) = self.take_grant(wait) else {
             return CancelResult::Removed;
         };
-        let (_, token) = self.holdings_mut()[index].grants.swap_remove(grant);
         if release_if_granted {
             self.release_one_hold(index, ctx);
         }

@@ -6,6 +6,8 @@
 //! [`crate::StateMachine::apply`] (or by restore), in log order.
 
 mod entry;
+mod multi;
+mod scan;
 #[cfg(test)]
 mod tests;
 
@@ -19,6 +21,10 @@ use crate::shards::Shards;
 use crate::terms::{Mode, Terms};
 use crate::{Event, HoldingRef, MAX_TOKEN, Millis, WaitId};
 use entry::{EntryCtx, Holding, LockEntry, Waiter};
+pub(crate) use multi::AcquireAll;
+use multi::MultiWaiters;
+pub use scan::ScanFilter;
+use scan::{ScanIndex, entry_or_new};
 
 /// What an acquire asks for (see [`crate::Op::Acquire`]).
 pub(crate) struct Acquire<'a> {
@@ -106,6 +112,10 @@ pub(crate) struct LockTable {
     /// (renewed, released, another holding since); whoever pops one checks the entry. Derived
     /// from the entries, so not part of any snapshot.
     deadlines: BinaryHeap<Reverse<(Millis, Bytes, u64)>>,
+    /// FLOCK.ACQUIREALL waiters (state, in snapshots).
+    multi: MultiWaiters,
+    /// Every name's place in a FLOCK.SCAN walk (derived from `entries`).
+    scan: ScanIndex,
     /// Set when a push made the earliest deadline earlier: the expiry task must wake.
     deadline_moved_earlier: bool,
     pub counters: Counters,
@@ -126,12 +136,12 @@ impl LockTable {
     ) -> Option<R> {
         let floor = self.floor;
         let entry = if create {
-            self.entries
-                .get_or_insert_with(name, || LockEntry::new(floor))
+            entry_or_new(&mut self.entries, &mut self.scan, name, floor)
         } else {
             self.entries.get_mut(name)?
         };
         entry.touch();
+        let was_idle = entry.is_idle();
         let mut ctx = EntryCtx {
             name,
             at,
@@ -142,8 +152,12 @@ impl LockTable {
         let result = op(entry, &mut ctx);
         let push = entry.take_schedule();
         entry.tidy(at);
+        let freed = !was_idle && entry.is_idle();
         if let Some((deadline, first_token)) = push {
             self.push_deadline(deadline, name.clone(), first_token);
+        }
+        if freed && self.multi.watches(name) {
+            self.multi.freed.push(name.clone());
         }
         Some(result)
     }
@@ -301,7 +315,7 @@ impl LockTable {
             .collect();
         // In name order, not the table's: the events must come out the same on every machine.
         names.sort_unstable();
-        let (mut holdings, mut waiters) = (0, 0);
+        let (mut holdings, mut waiters) = (0, self.drop_multi_waiters(events));
         for name in names {
             if let Some((h, w)) = self.with_entry(&name, at, false, events, |entry, ctx| {
                 // A re-arm sets every deadline later, so the index item of the old deadline is
@@ -328,6 +342,7 @@ impl LockTable {
                 .get(name)
                 .is_some_and(|e| e.is_idle() && e.last_token < MAX_TOKEN);
             if forgettable && let Some(entry) = self.entries.remove(name) {
+                self.scan.remove(name);
                 // An entry at or below the floor the op started with is the same as none (a
                 // snapshot leaves it out): it is removed, but not counted, so every machine
                 // counts alike.
@@ -573,6 +588,7 @@ impl LockTable {
     pub fn cut(&self) -> LockTable {
         LockTable {
             entries: self.entries.clone(),
+            multi: self.multi.clone(),
             floor: self.floor,
             ..LockTable::default()
         }
@@ -625,6 +641,7 @@ impl LockTable {
                 });
             }
         }
+        self.snapshot_multi_waiters(emit);
     }
 
     /// Restores one lock item of a snapshot (or of a first-format file: see `crate::v1`).
@@ -632,9 +649,7 @@ impl LockTable {
         let floor = self.floor;
         match item {
             SnapshotItem::Counter { name, token } => {
-                let entry = self
-                    .entries
-                    .get_or_insert_with(name, || LockEntry::new(floor));
+                let entry = entry_or_new(&mut self.entries, &mut self.scan, name, floor);
                 entry.last_token = entry.last_token.max(*token);
             }
             SnapshotItem::Holding {
@@ -648,9 +663,7 @@ impl LockTable {
                 grants,
                 terms,
             } => {
-                let entry = self
-                    .entries
-                    .get_or_insert_with(name, || LockEntry::new(floor));
+                let entry = entry_or_new(&mut self.entries, &mut self.scan, name, floor);
                 let holding = Holding {
                     owner: owner.map(Bytes::copy_from_slice),
                     first_token: *first_token,
@@ -670,9 +683,7 @@ impl LockTable {
                 lease_ms,
                 terms,
             } => {
-                let entry = self
-                    .entries
-                    .get_or_insert_with(name, || LockEntry::new(floor));
+                let entry = entry_or_new(&mut self.entries, &mut self.scan, name, floor);
                 let waiter = Waiter {
                     wait: *wait,
                     owner: owner.map(Bytes::copy_from_slice),
@@ -682,11 +693,16 @@ impl LockTable {
                 entry.push_waiter(waiter, &mut self.counters);
             }
             SnapshotItem::Delay { name, until } => {
-                let entry = self
-                    .entries
-                    .get_or_insert_with(name, || LockEntry::new(floor));
+                let entry = entry_or_new(&mut self.entries, &mut self.scan, name, floor);
                 entry.set_delay_until(*until);
             }
+            SnapshotItem::MultiWaiter {
+                wait,
+                names,
+                owner,
+                lease_ms,
+                terms,
+            } => self.restore_multi_waiter(*wait, names, *owner, *lease_ms, *terms),
             SnapshotItem::Floor { token } => self.floor = self.floor.max(*token),
             SnapshotItem::Fence { .. } => {}
         }
@@ -756,6 +772,11 @@ impl LockTable {
             }
             entry.delay_until().hash(&mut h);
             sum = sum.wrapping_add(h.finish());
+        }
+        for (wait, w) in &self.multi.waiting {
+            sum = sum.wrapping_add(
+                seed.hash_one(("multi", wait, &w.names, &w.owner, w.lease_ms, w.terms)),
+            );
         }
         sum
     }

@@ -240,6 +240,13 @@ enum Item {
     },
     Delay(Vec<u8>, Millis),
     Fence(Vec<u8>, u64, Vec<u8>),
+    MultiWaiter {
+        wait: WaitId,
+        names: Vec<Vec<u8>>,
+        owner: Option<Vec<u8>>,
+        lease_ms: u64,
+        terms: Terms,
+    },
 }
 
 fn items(snapshot: &Snapshot) -> Vec<Item> {
@@ -286,6 +293,19 @@ fn items(snapshot: &Snapshot) -> Vec<Item> {
                 Item::Fence(key.to_vec(), token, value.to_vec())
             }
             SnapshotItem::Delay { name, until } => Item::Delay(name.to_vec(), until),
+            SnapshotItem::MultiWaiter {
+                wait,
+                names,
+                owner,
+                lease_ms,
+                terms,
+            } => Item::MultiWaiter {
+                wait,
+                names: names.iter().map(|n| n.to_vec()).collect(),
+                owner: owner.map(<[u8]>::to_vec),
+                lease_ms,
+                terms,
+            },
         })
     });
     out

@@ -1,0 +1,169 @@
+//! FLOCK.SCAN's walk in the core: every name once in a quiet table, every name that stays
+//! through the walk at least once while names come and go and the shards grow, HELD, and the
+//! same cursor going on in a machine rebuilt from a snapshot.
+
+use std::collections::{BTreeSet, HashMap};
+
+use bytes::Bytes;
+use flockd_core::{Millis, Op, ScanFilter, StateMachine, Terms};
+
+fn name(i: usize) -> Bytes {
+    Bytes::from(format!("name:{i}"))
+}
+
+struct Log {
+    sm: StateMachine,
+    pos: u64,
+}
+
+impl Log {
+    fn new() -> Log {
+        Log {
+            sm: StateMachine::new(),
+            pos: 0,
+        }
+    }
+
+    fn apply(&mut self, op: Op) {
+        self.pos += 1;
+        self.sm.apply(self.pos, Millis(1), &op);
+    }
+
+    /// A name with a counter and no holding. The counter is above every earlier one, so above
+    /// the floor that forgetting raises.
+    fn create(&mut self, i: usize) {
+        let token = self.pos + 1;
+        self.apply(Op::Advance {
+            name: name(i),
+            token,
+        });
+    }
+
+    fn forget(&mut self, i: usize) {
+        self.apply(Op::Forget {
+            names: vec![name(i)],
+        });
+    }
+}
+
+/// The whole walk, `count` per call, calling `between` after each call; the names it returned
+/// with how often, and how many calls it took.
+fn walk(
+    sm: &mut Log,
+    count: usize,
+    mut between: impl FnMut(&mut Log, usize),
+) -> (HashMap<Bytes, usize>, usize) {
+    let mut seen = HashMap::new();
+    let mut cursor = 0;
+    for call in 1..=1_000_000 {
+        let (next, names) = sm.sm.scan(cursor, count, ScanFilter::All);
+        assert!(
+            names.len() <= count + 2,
+            "{} names for COUNT {count}",
+            names.len()
+        );
+        for n in names {
+            *seen.entry(n).or_insert(0) += 1;
+        }
+        if next == 0 {
+            return (seen, call);
+        }
+        cursor = next;
+        between(sm, call);
+    }
+    panic!("the walk never ended");
+}
+
+#[test]
+fn a_quiet_table_is_walked_once_each_name() {
+    let mut log = Log::new();
+    assert_eq!(log.sm.scan(0, 10, ScanFilter::All), (0, vec![]));
+    for i in 0..5000 {
+        log.create(i);
+    }
+    let (seen, calls) = walk(&mut log, 7, |_, _| {});
+    assert_eq!(seen.len(), 5000);
+    assert!(seen.values().all(|&n| n == 1));
+    assert!((5000 / 9..=5000 / 7 + 1).contains(&calls), "{calls} calls");
+}
+
+#[test]
+fn names_that_stay_are_returned_while_others_come_and_go() {
+    let mut log = Log::new();
+    // 0..2000 stay the whole walk; 2000..4000 are forgotten during it; new ones come from 4000
+    // on, enough to make every shard grow several times.
+    for i in 0..4000 {
+        log.create(i);
+    }
+    let mut next_new = 4000;
+    let (seen, _) = walk(&mut log, 5, |log, call| {
+        if call <= 2000 {
+            log.forget(2000 + call - 1);
+        }
+        for _ in 0..10 {
+            log.create(next_new);
+            next_new += 1;
+        }
+    });
+    for i in 0..2000 {
+        assert_eq!(seen.get(&name(i)), Some(&1), "name {i}");
+    }
+    assert!(seen.values().all(|&n| n == 1));
+}
+
+#[test]
+fn held_returns_only_names_with_a_live_holding() {
+    let mut log = Log::new();
+    for i in 0..50 {
+        log.create(i);
+    }
+    for i in (0..50).step_by(10) {
+        log.apply(Op::Acquire {
+            name: name(i),
+            lease_ms: 100,
+            owner: None,
+            wait: false,
+            terms: Terms::default(),
+        });
+    }
+    let mut held = BTreeSet::new();
+    let mut cursor = 0;
+    loop {
+        let (next, names) = log.sm.scan(cursor, 3, ScanFilter::HeldAt(Millis(50)));
+        held.extend(names);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let want: BTreeSet<Bytes> = (0..50).step_by(10).map(name).collect();
+    assert_eq!(held, want);
+    // At 101 the leases are over (their expiry not applied yet): none is held.
+    let (_, names) = log.sm.scan(0, 1000, ScanFilter::HeldAt(Millis(101)));
+    assert_eq!(names, Vec::<Bytes>::new());
+}
+
+#[test]
+fn a_cursor_goes_on_in_a_machine_rebuilt_from_a_snapshot() {
+    let mut log = Log::new();
+    for i in 0..300 {
+        log.create(i);
+    }
+    let (cursor, first) = log.sm.scan(0, 100, ScanFilter::All);
+    assert_ne!(cursor, 0);
+    let snapshot = log.sm.snapshot();
+    let mut rebuilt = StateMachine::new();
+    rebuilt.restore_begin(snapshot.position(), snapshot.at());
+    snapshot.emit(&mut |item| rebuilt.restore(&item));
+    rebuilt.restore_end();
+    let mut seen: BTreeSet<Bytes> = first.into_iter().collect();
+    let mut cursor = cursor;
+    while cursor != 0 {
+        let (next, names) = rebuilt.scan(cursor, 100, ScanFilter::All);
+        for n in names {
+            assert!(seen.insert(n), "returned twice");
+        }
+        cursor = next;
+    }
+    assert_eq!(seen.len(), 300);
+}
