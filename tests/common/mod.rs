@@ -300,7 +300,13 @@ pub fn run_flockd(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Run
     for (key, value) in env {
         command.env(key, value);
     }
-    let mut child = command.spawn().expect("spawn flockd");
+    let child = command.spawn().expect("spawn flockd");
+    collect_output(child, timeout)
+}
+
+/// Waits for `child` (with piped stdout and stderr) to exit, at most `timeout`, then kills it
+/// (by its pid); what it printed, and its status if it exited.
+pub fn collect_output(mut child: std::process::Child, timeout: Duration) -> RunOutput {
     let mut stdout = child.stdout.take().expect("stdout");
     let mut stderr = child.stderr.take().expect("stderr");
     let out = std::thread::spawn(move || {

@@ -71,7 +71,7 @@ struct Opts {
     /// Skip the redis-benchmark cross-check.
     #[arg(long)]
     no_cross_check: bool,
-    /// Run only the workloads with these ids (comma-separated: w1,w1p,w2,w3,w4).
+    /// Run only the workloads with these ids (comma-separated: w1,w1p,w2,w2s,w3,w4,w5).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also measure workload 1 with this many subscribers on `__flockevent__:*` against none,
@@ -136,6 +136,17 @@ fn plan(o: &Opts) -> Result<Plan, String> {
             load: Load::Cycle {
                 names: 10_000,
                 lease_ms: 5_000,
+                shared: false,
+            },
+        },
+        Workload {
+            id: "w2s".into(),
+            title: "2s. shared acquire+release, 10k names".into(),
+            conns: c50,
+            load: Load::Cycle {
+                names: 10_000,
+                lease_ms: 5_000,
+                shared: true,
             },
         },
         Workload {
@@ -155,6 +166,16 @@ fn plan(o: &Opts) -> Result<Plan, String> {
             title: "4. PING".into(),
             conns: c50,
             load: Load::Ping,
+        },
+        Workload {
+            id: "w5".into(),
+            title: format!("5. {c50} readers on one name"),
+            conns: c50,
+            load: Load::Cycle {
+                names: 1,
+                lease_ms: 5_000,
+                shared: true,
+            },
         },
     ];
     if !o.only.is_empty() {

@@ -141,8 +141,22 @@ pub fn describe(w: &Workload) -> String {
             fmt_int(*names as f64),
             w.conns
         ),
-        Load::Cycle { names, lease_ms } => format!(
+        Load::Cycle {
+            names,
+            lease_ms,
+            shared: false,
+        } => format!(
             "acquire+release cycle, random of {} names, lease {lease_ms} ms, {} conns",
+            fmt_int(*names as f64),
+            w.conns
+        ),
+        Load::Cycle {
+            names,
+            lease_ms,
+            shared: true,
+        } => format!(
+            "read-lock acquire+release cycle, random of {} names, lease {lease_ms} ms, {} conns; \
+             flockd SHARED, Redis the RedissonReadLock scripts",
             fmt_int(*names as f64),
             w.conns
         ),

@@ -33,6 +33,60 @@ if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[1]); return 0; end; \
 redis.call('del', KEYS[1]); \
 return 1;";
 
+/// Redisson `RedissonReadLock.tryLockInnerAsync`'s algorithm: a hash of holders with a `mode`
+/// field, one expiring key per hold. nil: granted (Redisson's read lock gives no token); an
+/// integer: the ms left of a writer's lease. KEYS[1] = lock hash, KEYS[2] = this holder's
+/// timeout-key prefix (`{name}:<holder>:rwlock_timeout`); ARGV[1] = lease ms, ARGV[2] = holder
+/// id, ARGV[3] = the holder's write-lock id.
+pub const READ_ACQUIRE_LUA: &str = "\
+local mode = redis.call('hget', KEYS[1], 'mode'); \
+if mode == false then \
+  redis.call('hset', KEYS[1], 'mode', 'read'); \
+  redis.call('hset', KEYS[1], ARGV[2], 1); \
+  redis.call('set', KEYS[2] .. ':1', 1); \
+  redis.call('pexpire', KEYS[2] .. ':1', ARGV[1]); \
+  redis.call('pexpire', KEYS[1], ARGV[1]); \
+  return nil; \
+end; \
+if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then \
+  local n = redis.call('hincrby', KEYS[1], ARGV[2], 1); \
+  local key = KEYS[2] .. ':' .. n; \
+  redis.call('set', key, 1); \
+  redis.call('pexpire', key, ARGV[1]); \
+  local left = redis.call('pttl', KEYS[1]); \
+  redis.call('pexpire', KEYS[1], math.max(left, ARGV[1])); \
+  return nil; \
+end; \
+return redis.call('pttl', KEYS[1]);";
+
+/// Redisson `RedissonReadLock.unlockInnerAsync`'s algorithm without the pub/sub notification:
+/// drop one hold, then, while other holders remain, find the longest hold left by reading the
+/// ttl of every hold of every holder. KEYS[1] = lock hash, KEYS[2] = this holder's timeout-key
+/// prefix, KEYS[3] = the lock's key prefix (`{name}`); ARGV[1] = holder id. nil: not a holder;
+/// 0: released, others still hold; 1: released, the lock is free.
+pub const READ_RELEASE_LUA: &str = "\
+local mode = redis.call('hget', KEYS[1], 'mode'); \
+if mode == false then return 1; end; \
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return nil; end; \
+local n = redis.call('hincrby', KEYS[1], ARGV[1], -1); \
+if n == 0 then redis.call('hdel', KEYS[1], ARGV[1]); end; \
+redis.call('del', KEYS[2] .. ':' .. (n + 1)); \
+if redis.call('hlen', KEYS[1]) > 1 then \
+  local longest = -3; \
+  for _, field in ipairs(redis.call('hkeys', KEYS[1])) do \
+    local holds = tonumber(redis.call('hget', KEYS[1], field)); \
+    if type(holds) == 'number' then \
+      for i = holds, 1, -1 do \
+        longest = math.max(longest, redis.call('pttl', KEYS[3] .. ':' .. field .. ':rwlock_timeout:' .. i)); \
+      end; \
+    end; \
+  end; \
+  if longest > 0 then redis.call('pexpire', KEYS[1], longest); return 0; end; \
+  if mode == 'write' then return 0; end; \
+end; \
+redis.call('del', KEYS[1]); \
+return 1;";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Flockd,
@@ -55,6 +109,8 @@ pub struct Target {
     pub addr: SocketAddr,
     pub acquire_sha: Vec<u8>,
     pub release_sha: Vec<u8>,
+    pub read_acquire_sha: Vec<u8>,
+    pub read_release_sha: Vec<u8>,
 }
 
 pub struct ServerGuard {
@@ -135,7 +191,7 @@ fn fresh_dir(kind: Kind) -> std::io::Result<PathBuf> {
 }
 
 /// Starts one server with the given fsync policy on a free loopback port, waits until it
-/// answers PING, and (Redis) loads the two scripts.
+/// answers PING, and (Redis) loads the scripts.
 pub async fn start(kind: Kind, binary: &Path, fsync: &str) -> Result<ServerGuard, String> {
     let dir = fresh_dir(kind).map_err(|e| format!("cannot create a data directory: {e}"))?;
     let port = free_port().map_err(|e| format!("cannot pick a free port: {e}"))?;
@@ -184,6 +240,8 @@ pub async fn start(kind: Kind, binary: &Path, fsync: &str) -> Result<ServerGuard
             addr,
             acquire_sha: Vec::new(),
             release_sha: Vec::new(),
+            read_acquire_sha: Vec::new(),
+            read_release_sha: Vec::new(),
         },
         child: Some(child),
         dir,
@@ -219,7 +277,12 @@ pub async fn start(kind: Kind, binary: &Path, fsync: &str) -> Result<ServerGuard
     };
 
     if kind == Kind::Redis {
-        for (script, slot) in [(ACQUIRE_LUA, 0), (RELEASE_LUA, 1)] {
+        for (script, slot) in [
+            (ACQUIRE_LUA, 0),
+            (RELEASE_LUA, 1),
+            (READ_ACQUIRE_LUA, 2),
+            (READ_RELEASE_LUA, 3),
+        ] {
             let reply = conn
                 .call(&[
                     Arg::B(b"SCRIPT"),
@@ -231,11 +294,13 @@ pub async fn start(kind: Kind, binary: &Path, fsync: &str) -> Result<ServerGuard
             let Reply::Bulk(sha) = reply else {
                 return Err(format!("SCRIPT LOAD replied {reply}"));
             };
-            if slot == 0 {
-                guard.target.acquire_sha = sha;
-            } else {
-                guard.target.release_sha = sha;
-            }
+            let target = &mut guard.target;
+            *match slot {
+                0 => &mut target.acquire_sha,
+                1 => &mut target.release_sha,
+                2 => &mut target.read_acquire_sha,
+                _ => &mut target.read_release_sha,
+            } = sha;
         }
     }
     Ok(guard)

@@ -21,10 +21,12 @@ pub enum Load {
         lease_ms: u64,
         pipeline: usize,
     },
-    /// Acquire a random name out of `names`, release it with the token: one cycle.
+    /// Acquire a random name out of `names`, release it with the token: one cycle. `shared`:
+    /// as readers (flockd `SHARED`; Redis: Redisson's read-lock scripts, which give no token).
     Cycle {
         names: u64,
         lease_ms: u64,
+        shared: bool,
     },
     /// Many connections on few names. flockd: `WAIT`; Redis: retry with a random backoff.
     Contention {
@@ -161,6 +163,11 @@ struct Client {
     holder: Vec<u8>,
     name: Vec<u8>,
     token_key: Vec<u8>,
+    /// Redis read lock: this holder's timeout-key prefix, the lock's key prefix, and this
+    /// holder's write-lock id.
+    read_timeout_key: Vec<u8>,
+    read_prefix: Vec<u8>,
+    write_id: Vec<u8>,
 }
 
 impl Client {
@@ -173,7 +180,76 @@ impl Client {
             self.token_key.extend_from_slice(b"redisson_lock_token:{");
             self.token_key.extend_from_slice(&self.name);
             self.token_key.push(b'}');
+            self.read_prefix.clear();
+            self.read_prefix.push(b'{');
+            self.read_prefix.extend_from_slice(&self.name);
+            self.read_prefix.push(b'}');
+            self.read_timeout_key.clear();
+            self.read_timeout_key.extend_from_slice(&self.read_prefix);
+            self.read_timeout_key.push(b':');
+            self.read_timeout_key.extend_from_slice(&self.holder);
+            self.read_timeout_key.extend_from_slice(b":rwlock_timeout");
         }
+    }
+
+    /// A reader's acquire: flockd `SHARED`, or Redisson's read-lock script.
+    fn push_acquire_shared(&mut self, lease_ms: u64) {
+        match self.target.kind {
+            Kind::Flockd => self.conn.push(&[
+                Arg::B(b"FLOCK.ACQUIRE"),
+                Arg::B(&self.name),
+                Arg::I(lease_ms),
+                Arg::B(b"SHARED"),
+            ]),
+            Kind::Redis => self.conn.push(&[
+                Arg::B(b"EVALSHA"),
+                Arg::B(&self.target.read_acquire_sha),
+                Arg::I(2),
+                Arg::B(&self.name),
+                Arg::B(&self.read_timeout_key),
+                Arg::I(lease_ms),
+                Arg::B(&self.holder),
+                Arg::B(&self.write_id),
+            ]),
+        }
+    }
+
+    /// Whether an acquire's reply is a grant, and its token (0 for Redis's read lock, which
+    /// has none); `Err` for a reply that is neither a grant nor "held".
+    fn granted(&self, shared: bool, reply: Reply) -> Result<Option<u64>, String> {
+        match (self.target.kind, shared, reply) {
+            (Kind::Redis, true, Reply::Nil) => Ok(Some(0)),
+            (Kind::Redis, true, Reply::Int(_)) => Ok(None),
+            (_, _, Reply::Int(token)) => Ok(Some(token as u64)),
+            (_, _, Reply::Nil) => Ok(None),
+            (_, _, other) => Err(format!("acquire replied {other}")),
+        }
+    }
+
+    /// A reader's release; Ok(true) released, Ok(false) lost (lease ran out).
+    async fn release_shared(
+        &mut self,
+        token: u64,
+        lease_ms: u64,
+    ) -> Result<Result<bool, String>, ClientError> {
+        if self.target.kind == Kind::Flockd {
+            return self.release(token, lease_ms).await;
+        }
+        self.conn.push(&[
+            Arg::B(b"EVALSHA"),
+            Arg::B(&self.target.read_release_sha),
+            Arg::I(3),
+            Arg::B(&self.name),
+            Arg::B(&self.read_timeout_key),
+            Arg::B(&self.read_prefix),
+            Arg::B(&self.holder),
+        ]);
+        self.conn.flush().await?;
+        Ok(match self.conn.read().await? {
+            Reply::Int(0 | 1) => Ok(true),
+            Reply::Nil => Ok(false),
+            other => Err(format!("read release replied {other}")),
+        })
     }
 
     fn push_acquire(&mut self, lease_ms: u64, wait_ms: Option<u64>) {
@@ -298,24 +374,38 @@ async fn drive_inner(
                 }
             }
         }
-        Load::Cycle { names, lease_ms } => {
+        Load::Cycle {
+            names,
+            lease_ms,
+            shared,
+        } => {
             while !stop_now(deadline) {
                 let n = rng.below(names);
                 c.set_name(n);
                 let start = Instant::now();
-                c.push_acquire(lease_ms, None);
+                if shared {
+                    c.push_acquire_shared(lease_ms);
+                } else {
+                    c.push_acquire(lease_ms, None);
+                }
                 c.conn.flush().await?;
-                match c.conn.read().await? {
-                    Reply::Int(token) => {
+                let reply = c.conn.read().await?;
+                match c.granted(shared, reply) {
+                    Ok(Some(token)) => {
                         t.counts.grants += 1;
-                        match c.release(token as u64, lease_ms).await? {
+                        let released = if shared {
+                            c.release_shared(token, lease_ms).await?
+                        } else {
+                            c.release(token, lease_ms).await?
+                        };
+                        match released {
                             Ok(true) => t.done(start, Instant::now(), deadline),
                             Ok(false) => t.counts.lost += 1,
                             Err(e) => t.error(e),
                         }
                     }
-                    Reply::Nil => t.counts.nulls += 1,
-                    other => t.error(format!("acquire replied {other}")),
+                    Ok(None) => t.counts.nulls += 1,
+                    Err(e) => t.error(e),
                 }
             }
         }
@@ -400,13 +490,19 @@ pub async fn run(target: &Target, w: &Workload, duration: Duration, seed: u64) -
     };
     for i in 0..w.conns {
         match Conn::connect(target.addr).await {
-            Ok(conn) => clients.push(Client {
-                conn,
-                target: target.clone(),
-                holder: format!("{uuid}:{}", i + 1).into_bytes(),
-                name: Vec::with_capacity(32),
-                token_key: Vec::with_capacity(64),
-            }),
+            Ok(conn) => {
+                let holder = format!("{uuid}:{}", i + 1);
+                clients.push(Client {
+                    conn,
+                    target: target.clone(),
+                    write_id: format!("{holder}:write").into_bytes(),
+                    holder: holder.into_bytes(),
+                    name: Vec::with_capacity(32),
+                    token_key: Vec::with_capacity(64),
+                    read_timeout_key: Vec::with_capacity(96),
+                    read_prefix: Vec::with_capacity(40),
+                })
+            }
             Err(e) => result.counts.error(format!(
                 "{}: connect {} failed: {e}",
                 target.kind.label(),
