@@ -255,6 +255,15 @@ impl LockEntry {
         if holdings.is_empty() {
             counters.locks_held += 1;
         }
+        // Most names have one holding: a first push would reserve room for four (over 400
+        // bytes per held lock).
+        if holdings.len() == holdings.capacity() {
+            holdings.reserve_exact(if holdings.is_empty() {
+                1
+            } else {
+                holdings.len()
+            });
+        }
         holdings.push(holding);
     }
 
