@@ -1,6 +1,7 @@
 //! A fenced-lock load for the tests that break the server or its disk: client threads acquire
-//! a lock, write to its fence key with the token and release it, over raw TCP, and record what
-//! was acknowledged. After a restart, [`Ledger::verify`] checks that no acknowledged token is
+//! a lock (exclusive, `SHARED`, a `LIMIT 3 SESSION` permit, or two locks at once with
+//! `FLOCK.ACQUIREALL`), write to its fence key with the token (half of the writes with `LOCK`)
+//! and release it, over raw TCP, and record what was acknowledged. After a restart, [`Ledger::verify`] checks that no acknowledged token is
 //! issued again or undercut and that no acknowledged fence write is lost.
 //!
 //! Error replies (`-MISCONF` while the disk fails) are counted, never taken as acknowledgements.
@@ -86,6 +87,25 @@ impl Client {
     }
 }
 
+/// `*2\r\n:N\r\n:M\r\n` -> Some([N, M]); a null array -> None; anything else panics.
+pub fn ints_or_null(reply: &str) -> Option<Vec<u64>> {
+    if reply == "*-1\r\n" || reply == "_\r\n" {
+        return None;
+    }
+    let mut lines = reply.split("\r\n");
+    let count: usize = lines
+        .next()
+        .and_then(|l| l.strip_prefix('*'))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("expected an array or null, got {reply:?}"));
+    Some(
+        lines
+            .take(count)
+            .map(|l| int(&format!("{l}\r\n")))
+            .collect(),
+    )
+}
+
 /// `:N\r\n` -> Some(N); a null -> None; anything else panics with the reply.
 pub fn int_or_null(reply: &str) -> Option<u64> {
     if reply == "$-1\r\n" || reply == "_\r\n" {
@@ -149,25 +169,67 @@ fn client_loop(addr: SocketAddr, seed: u64, stop: Arc<AtomicBool>) -> Acks {
             break;
         }
         let lock = rng.below(LOCKS as u64) as usize;
-        let name = lock_name(lock);
         let wait = (5 + rng.below(50)).to_string();
-        let reply = match c.call(&["FLOCK.ACQUIRE", &name, &LEASE_MS.to_string(), "WAIT", &wait]) {
-            Ok(r) => r,
-            Err(_) => break,
+        let lease = LEASE_MS.to_string();
+        // Which locks this round of the loop takes, and how.
+        let mut locks = vec![lock];
+        let kind = rng.below(6);
+        let result = match kind {
+            0 => {
+                let other = (lock + 1 + rng.below(LOCKS as u64 - 1) as usize) % LOCKS;
+                locks.push(other);
+                let (a, b) = (lock_name(lock), lock_name(other));
+                c.call(&["FLOCK.ACQUIREALL", "2", &a, &b, &lease, "WAIT", &wait])
+            }
+            1 => c.call(&[
+                "FLOCK.ACQUIRE",
+                &lock_name(lock),
+                &lease,
+                "SHARED",
+                "WAIT",
+                &wait,
+            ]),
+            2 => c.call(&[
+                "FLOCK.ACQUIRE",
+                &lock_name(lock),
+                &lease,
+                "LIMIT",
+                "3",
+                "SESSION",
+                "WAIT",
+                &wait,
+            ]),
+            _ => c.call(&["FLOCK.ACQUIRE", &lock_name(lock), &lease, "WAIT", &wait]),
+        };
+        let Ok(reply) = result else {
+            break;
         };
         if let Some(code) = error_code(&reply) {
             refused(&mut acks, code);
             continue;
         }
-        let Some(token) = int_or_null(&reply) else {
+        let tokens = if kind == 0 {
+            ints_or_null(&reply)
+        } else {
+            int_or_null(&reply).map(|t| vec![t])
+        };
+        let Some(tokens) = tokens else {
             continue;
         };
-        acks.tokens.entry(lock).or_default().push(token);
+        for (&lock, &token) in locks.iter().zip(&tokens) {
+            acks.tokens.entry(lock).or_default().push(token);
+        }
+        let (lock, token) = (locks[0], tokens[0]);
+        let name = lock_name(lock);
         let token_s = token.to_string();
         if rng.below(2) == 0 {
             let key = fence_key(lock);
             let value = format!("{token}:{seed}");
-            match c.call(&["FENCE.SET", &key, &token_s, &value]) {
+            let mut args = vec!["FENCE.SET", key.as_str(), token_s.as_str(), value.as_str()];
+            if rng.below(2) == 0 {
+                args.extend(["LOCK", name.as_str()]);
+            }
+            match c.call(&args) {
                 Ok(r) => match error_code(&r) {
                     Some(code) => refused(&mut acks, code),
                     None if int(&r) == 1 => {
@@ -182,7 +244,11 @@ fn client_loop(addr: SocketAddr, seed: u64, stop: Arc<AtomicBool>) -> Acks {
         }
         // A release may find the lease expired on a loaded machine (-NOTOWNER), or be refused
         // while the disk fails (the lease then runs out): fine.
-        if c.call(&["FLOCK.RELEASE", &name, &token_s]).is_err() {
+        let released = locks.iter().zip(&tokens).all(|(&lock, token)| {
+            c.call(&["FLOCK.RELEASE", &lock_name(lock), &token.to_string()])
+                .is_ok()
+        });
+        if !released {
             break;
         }
     }
@@ -278,6 +344,20 @@ impl Ledger {
         let mut c = Client::connect(addr).expect("connect after restart");
         for lock in 0..LOCKS {
             let name = lock_name(lock);
+            // What the restart kept obeys the admission rule, and no holding of a connection of
+            // the killed run is left.
+            let holders = c.call(&["FLOCK.HOLDERS", &name]).unwrap();
+            let holdings = holders.matches("$5\r\ntoken\r\n").count();
+            let exclusive = holders.matches("$9\r\nexclusive\r\n").count();
+            let permits = holders.matches("$4\r\nmode\r\n$5\r\nlimit\r\n").count();
+            assert!(
+                (exclusive == 0 || holdings == 1) && (permits == 0 || holdings <= 3),
+                "{what}: {name} kept holdings that break the admission rule: {holders:?}"
+            );
+            assert!(
+                !holders.contains("$7\r\nsession\r\n:1\r\n"),
+                "{what}: a SESSION holding of {name} outlived the restart: {holders:?}"
+            );
             let max_ever = self
                 .all_tokens
                 .get(&lock)
