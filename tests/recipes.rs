@@ -118,7 +118,10 @@ fn every_recipe_on_the_page_runs_as_written() {
         .count();
     let scripts = blocks.len() - sessions;
     // The page has four recipes, each with a session and a script.
-    assert!(sessions >= 4 && scripts >= 4, "{sessions} sessions, {scripts} scripts");
+    assert!(
+        sessions >= 4 && scripts >= 4,
+        "{sessions} sessions, {scripts} scripts"
+    );
 
     let cli = available("redis-cli", &["--version"]);
     let py = available("python3", &["-c", "import redis"]);

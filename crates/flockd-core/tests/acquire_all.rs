@@ -91,6 +91,21 @@ impl Log {
     }
 }
 
+/// "b" held (token 1, lease 100 from 1) and a waiter for "a" and "b" (lease 100) queued at 2.
+fn waiting_for_b() -> (Log, WaitId) {
+    let mut log = Log::default();
+    log.acquire(1, "b", 100, None);
+    let wait = log.queued(2, &["a", "b"], 100);
+    (log, wait)
+}
+
+/// As [`waiting_for_b`], and "b" released at 3: the waiter holds "a" with 1 and "b" with 2.
+fn granted_at_3() -> (Log, WaitId) {
+    let (mut log, wait) = waiting_for_b();
+    log.release(3, "b", 1);
+    (log, wait)
+}
+
 fn all_granted(events: &[Event]) -> Option<(WaitId, Vec<u64>)> {
     events.iter().find_map(|e| match e {
         Event::AllGranted { wait, tokens } => Some((*wait, tokens.clone())),
@@ -246,10 +261,7 @@ fn waiters_of_several_names_are_served_in_wait_order() {
 
 #[test]
 fn a_cancel_that_lost_the_race_reports_every_token_or_releases_them() {
-    let mut log = Log::default();
-    log.acquire(1, "b", 100, None);
-    let wait = log.queued(2, &["a", "b"], 100);
-    log.release(3, "b", 1);
+    let (mut log, wait) = granted_at_3();
     let cancel = |release_if_granted| Op::CancelWaitAll {
         names: names(&["a", "b"]),
         wait,
@@ -264,10 +276,7 @@ fn a_cancel_that_lost_the_race_reports_every_token_or_releases_them() {
     assert_eq!(log.holders("a", 4), vec![1]);
 
     // A closed connection gives both back.
-    let mut log = Log::default();
-    log.acquire(1, "b", 100, None);
-    let wait = log.queued(2, &["a", "b"], 100);
-    log.release(3, "b", 1);
+    let (mut log, wait) = granted_at_3();
     let closed = log.apply(
         4,
         Op::CancelWaitAll {
@@ -286,10 +295,7 @@ fn a_cancel_that_lost_the_race_reports_every_token_or_releases_them() {
 
 #[test]
 fn a_grant_whose_lease_ran_out_before_the_cancel_is_all_given_back() {
-    let mut log = Log::default();
-    log.acquire(1, "b", 100, None);
-    let wait = log.queued(2, &["a", "b"], 100);
-    log.release(3, "b", 1);
+    let (mut log, wait) = granted_at_3();
     // "a" is renewed, "b" is not: at 150 "b" has lapsed.
     log.apply(
         50,
@@ -316,9 +322,7 @@ fn a_grant_whose_lease_ran_out_before_the_cancel_is_all_given_back() {
 
 #[test]
 fn a_cancel_of_a_waiting_one_removes_it() {
-    let mut log = Log::default();
-    log.acquire(1, "b", 100, None);
-    let wait = log.queued(2, &["a", "b"], 100);
+    let (mut log, wait) = waiting_for_b();
     let applied = log.apply(
         3,
         Op::CancelWaitAll {
@@ -342,9 +346,7 @@ fn a_cancel_of_a_waiting_one_removes_it() {
 
 #[test]
 fn a_rearm_drops_every_waiter_of_several_names() {
-    let mut log = Log::default();
-    log.acquire(1, "b", 100, None);
-    let wait = log.queued(2, &["a", "b"], 100);
+    let (mut log, wait) = waiting_for_b();
     let applied = log.apply(3, Op::Rearm { extra_ms: 0 });
     assert_eq!(
         applied.result,
@@ -404,9 +406,7 @@ fn a_name_given_twice_is_refused_by_the_core_too() {
 
 #[test]
 fn a_waiter_survives_a_snapshot_and_is_granted_after_the_restore() {
-    let mut log = Log::default();
-    log.acquire(1, "b", 100, None);
-    let wait = log.queued(2, &["a", "b"], 100);
+    let (mut log, wait) = waiting_for_b();
     let snapshot = log.sm.snapshot();
     let mut restored = StateMachine::new();
     restored.restore_begin(snapshot.position(), snapshot.at());
