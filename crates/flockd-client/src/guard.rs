@@ -1,0 +1,196 @@
+//! A granted lock: its token, the watchdog that renews it, and how its loss is told.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use redis::aio::{MultiplexedConnection, PubSub};
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use crate::Error;
+use crate::watchdog::Watchdog;
+
+/// Why a lock can no longer be trusted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// The server refused a renewal (`-NOTOWNER`): the holding is gone.
+    RenewRefused(String),
+    /// A renewal failed (connection error, timeout): the holding may be gone.
+    RenewFailed(String),
+    /// The lease, counted from when the last successful renewal was sent, is about to run out
+    /// (a renewal did not come back in time, or this process was paused).
+    LeaseRunningOut,
+    /// The server published that the holding expired.
+    Expired,
+    /// The server published that the holding was force-released.
+    ForceReleased,
+}
+
+impl fmt::Display for Lost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Lost::RenewRefused(e) => write!(f, "renewal refused: {e}"),
+            Lost::RenewFailed(e) => write!(f, "renewal failed: {e}"),
+            Lost::LeaseRunningOut => f.write_str("the lease is about to run out"),
+            Lost::Expired => f.write_str("the lease expired"),
+            Lost::ForceReleased => f.write_str("force-released"),
+        }
+    }
+}
+
+/// A granted lock. Renewed while it lives; released by [`LockGuard::release`], or in the
+/// background when dropped.
+pub struct LockGuard {
+    name: String,
+    token: u64,
+    conn: MultiplexedConnection,
+    /// Until when the holding is known to be valid (set by the watchdog).
+    valid_until: watch::Receiver<Instant>,
+    lost: watch::Receiver<Option<Lost>>,
+    margin: Duration,
+    stop: Option<oneshot::Sender<()>>,
+    released: bool,
+}
+
+impl LockGuard {
+    pub(crate) async fn start(
+        name: String,
+        token: u64,
+        lease: Duration,
+        sent: Instant,
+        conn: MultiplexedConnection,
+        events: Option<PubSub>,
+    ) -> LockGuard {
+        let margin = safety_margin(lease);
+        let (valid_tx, valid_until) = watch::channel(sent + lease);
+        let (lost_tx, lost) = watch::channel(None);
+        let (stop, stopped) = oneshot::channel();
+        let watchdog = Watchdog {
+            name: name.clone(),
+            token,
+            lease,
+            margin,
+            renewed_at: sent,
+            conn: conn.clone(),
+            valid_until: valid_tx,
+            lost: lost_tx,
+        };
+        watchdog.spawn(events, stopped).await;
+        LockGuard {
+            name,
+            token,
+            conn,
+            valid_until,
+            lost,
+            margin,
+            stop: Some(stop),
+            released: false,
+        }
+    }
+
+    /// The fencing token of the grant: pass it with every write to what the lock protects.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Why the lock is lost, if it is, checked now: also when the lease is about to run out by
+    /// the clock and the watchdog has not run yet (after this process was paused).
+    pub fn is_lost(&self) -> Option<Lost> {
+        if let Some(lost) = self.lost.borrow().clone() {
+            return Some(lost);
+        }
+        let valid_until = *self.valid_until.borrow();
+        (Instant::now() + self.margin >= valid_until).then_some(Lost::LeaseRunningOut)
+    }
+
+    /// Resolves when the lock is lost, with why; never after a release.
+    pub fn lost(&self) -> impl Future<Output = Lost> + Send + 'static {
+        let mut lost = self.lost.clone();
+        async move {
+            loop {
+                if let Some(why) = lost.borrow_and_update().clone() {
+                    return why;
+                }
+                if lost.changed().await.is_err() {
+                    // Released or dropped: it will never be lost now.
+                    return std::future::pending().await;
+                }
+            }
+        }
+    }
+
+    /// `FENCE.SET key token value LOCK name`: stores `value` if this guard's token is not below
+    /// the highest the key accepted and the holding is live on the server. `Ok(false)`: refused.
+    /// Not sent at all, `Err(Error::Lost)`, when the lock is already known to be lost.
+    pub async fn fence_set(
+        &self,
+        key: impl redis::ToRedisArgs + Send + Sync,
+        value: impl redis::ToRedisArgs + Send + Sync,
+    ) -> Result<bool, Error> {
+        if let Some(lost) = self.is_lost() {
+            return Err(Error::Lost(lost));
+        }
+        let stored: i64 = redis::cmd("FENCE.SET")
+            .arg(key)
+            .arg(self.token)
+            .arg(value)
+            .arg("LOCK")
+            .arg(&self.name)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(stored == 1)
+    }
+
+    /// Stops the renewals and releases the lock: `true` when the holding is gone now, `false`
+    /// when a reentrant hold remains. A lock that was lost already is `-NOTOWNER` (an error).
+    pub async fn release(mut self) -> Result<bool, Error> {
+        self.stop_watchdog();
+        self.released = true;
+        let free: i64 = redis::cmd("FLOCK.RELEASE")
+            .arg(&self.name)
+            .arg(self.token)
+            .query_async(&mut self.conn)
+            .await?;
+        Ok(free == 1)
+    }
+
+    fn stop_watchdog(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        self.stop_watchdog();
+        if self.released {
+            return;
+        }
+        // Released in the background, on the runtime the guard was made on (none: the lease
+        // runs out on its own).
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut conn = self.conn.clone();
+        let (name, token) = (std::mem::take(&mut self.name), self.token);
+        runtime.spawn(async move {
+            let _: Result<i64, _> = redis::cmd("FLOCK.RELEASE")
+                .arg(name)
+                .arg(token)
+                .query_async(&mut conn)
+                .await;
+        });
+    }
+}
+
+/// How long before the lease's end the lock counts as lost: a tenth of the lease (at most
+/// 2 s), so a write started just before still lands well inside it.
+fn safety_margin(lease: Duration) -> Duration {
+    (lease / 10).min(Duration::from_secs(2))
+}
