@@ -1,0 +1,173 @@
+"""The asyncio variant, on redis.asyncio: `async with client.lock(...) as lock:` with
+`lock.lost` an asyncio.Event, renewed by a task at a third of the lease."""
+
+import asyncio
+import time
+import weakref
+
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from . import LockLost, LockNotAcquired, _margin, acquire_args, ends_holding
+
+__all__ = ["AsyncClient", "AsyncLock"]
+
+
+class AsyncClient:
+    """Connections to one flockd: `AsyncClient(host, port, ...)` takes redis.asyncio.Redis's
+    arguments."""
+
+    def __init__(self, host="127.0.0.1", port=6390, **kwargs):
+        kwargs.setdefault("retry", Retry(NoBackoff(), 0))
+        self._kwargs = dict(host=host, port=port, **kwargs)
+        self.redis = aioredis.Redis(**self._kwargs)
+
+    def connection(self, timeout=None):
+        kwargs = dict(self._kwargs)
+        if timeout is not None:
+            kwargs["socket_timeout"] = timeout
+        return aioredis.Redis(single_connection_client=True, **kwargs)
+
+    def lock(self, name, lease=30.0, wait=None, owner=None, shared=False, limit=None,
+             session=False):
+        return AsyncLock(self, name, lease, wait, owner, shared, limit, session)
+
+    async def aclose(self):
+        await self.redis.aclose()
+
+
+class AsyncLock:
+    def __init__(self, client, name, lease, wait, owner, shared, limit, session):
+        self.client = client
+        self.name = name
+        self.lease = float(lease)
+        self.wait = wait
+        self._args = acquire_args(name, self.lease, wait, owner, shared, limit, session)
+        self._session = session
+        self.token = None
+        self.lost = asyncio.Event()
+        self.lost_reason = None
+        self._valid_until = 0.0
+        self._tasks = []
+        self._conn = None
+        self._pubsub = None
+        self._released = False
+
+    async def acquire(self):
+        own = bool(self.wait) or self._session
+        conn = self.client.connection(timeout=(self.wait or 0) + 5.0) if own else self.client.redis
+        sent = time.monotonic()
+        token = await conn.execute_command(*self._args)
+        if token is None:
+            if own:
+                await conn.aclose()
+            return False
+        self.token = int(token)
+        self._valid_until = sent + self.lease
+        if self._session:
+            self._conn = conn
+        else:
+            if own:
+                await conn.aclose()
+            self._conn = self.client.redis
+        try:
+            self._pubsub = self.client.redis.pubsub(ignore_subscribe_messages=True)
+            await self._pubsub.subscribe(f"__flock__:{self.name}")
+            self._tasks.append(asyncio.create_task(_event_loop(weakref.ref(self), self._pubsub, self.token)))
+        except redis.RedisError:
+            self._pubsub = None
+        self._tasks.append(asyncio.create_task(_renew_loop(weakref.ref(self), sent)))
+        return True
+
+    async def release(self):
+        self._released = True
+        for task in self._tasks:
+            task.cancel()
+        try:
+            free = await self._conn.execute_command("FLOCK.RELEASE", self.name, self.token)
+            return free == 1
+        finally:
+            if self._pubsub is not None:
+                await self._pubsub.aclose()
+            if self._session:
+                await self._conn.aclose()
+
+    async def __aenter__(self):
+        if not await self.acquire():
+            raise LockNotAcquired(self.name)
+        return self
+
+    async def __aexit__(self, *exc):
+        try:
+            await self.release()
+        except redis.ResponseError:
+            pass  # lost already: -NOTOWNER
+        return False
+
+    def is_lost(self):
+        if self.lost.is_set():
+            return True
+        if time.monotonic() + _margin(self.lease) >= self._valid_until:
+            self._lose("the lease is about to run out")
+            return True
+        return False
+
+    async def fence_set(self, key, value):
+        if self.is_lost():
+            raise LockLost(self.lost_reason)
+        stored = await self._conn.execute_command(
+            "FENCE.SET", key, self.token, value, "LOCK", self.name)
+        return stored == 1
+
+    def _lose(self, reason):
+        if not self.lost.is_set() and not self._released:
+            self.lost_reason = reason
+            self.lost.set()
+
+
+async def _renew_loop(lock_ref, renewed_at):
+    while True:
+        lock = lock_ref()
+        if lock is None:
+            return
+        delay = max(0.0, renewed_at + lock.lease / 3.0 - time.monotonic())
+        del lock
+        await asyncio.sleep(delay)
+        lock = lock_ref()
+        if lock is None or lock._released or lock.is_lost():
+            return
+        sent = time.monotonic()
+        remaining = lock._valid_until - _margin(lock.lease) - sent
+        try:
+            renewed = await asyncio.wait_for(
+                lock._conn.execute_command(
+                    "FLOCK.RENEW", lock.name, lock.token, max(1, int(lock.lease * 1000))),
+                timeout=max(0.001, remaining))
+        except asyncio.TimeoutError:
+            return lock._lose("the lease is about to run out")
+        except redis.ResponseError as e:
+            return lock._lose(f"renewal refused: {e}")
+        except redis.RedisError as e:
+            return lock._lose(f"renewal failed: {e}")
+        if renewed != 1:
+            return lock._lose(f"FLOCK.RENEW replied {renewed!r}")
+        lock._valid_until = sent + lock.lease
+        renewed_at = sent
+        del lock
+
+
+async def _event_loop(lock_ref, pubsub, token):
+    while True:
+        try:
+            message = await pubsub.get_message(timeout=1.0)
+        except (redis.RedisError, ValueError, OSError):
+            return
+        reason = ends_holding(message, token) if message else None
+        lock = lock_ref()
+        if lock is None or lock._released:
+            return
+        if reason:
+            return lock._lose(reason)
+        del lock
