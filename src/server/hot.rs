@@ -12,7 +12,7 @@
 //! slot is emptied when its ten seconds come round again. Events arrive from the apply path
 //! (already serialized by the state machine's lock) and from connections ending a wait.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -60,6 +60,10 @@ struct Slot {
     /// Which ten-second period since the start this slot holds.
     period: u64,
     names: HashMap<Bytes, Tracked>,
+    /// (weight, name) of every tracked name: the least weighty is the first, so making room
+    /// costs O(log capacity), not a scan of the slot (with a million cold names passing
+    /// through, as in a flood of busy answers, the scan was a tenth of the server's CPU).
+    by_weight: BTreeSet<(u64, Bytes)>,
 }
 
 pub struct HotLocks {
@@ -95,16 +99,18 @@ impl HotLocks {
         if slot.period != period {
             slot.period = period;
             slot.names.clear();
+            slot.by_weight.clear();
         }
-        if !slot.names.contains_key(name) && slot.names.len() >= self.capacity {
-            // Space-Saving: the least weighty name makes room and leaves its weight behind.
-            let (victim, floor) = slot
-                .names
-                .iter()
-                .min_by_key(|(_, t)| t.weight)
-                .map(|(n, t)| (n.clone(), t.weight))
-                .expect("a full slot has names");
-            slot.names.remove(&victim);
+        if !slot.names.contains_key(name) {
+            // Space-Saving: when full, the least weighty name makes room and leaves its weight
+            // behind.
+            let mut floor = 0;
+            if slot.names.len() >= self.capacity
+                && let Some((weight, victim)) = slot.by_weight.pop_first()
+            {
+                slot.names.remove(&victim);
+                floor = weight;
+            }
             slot.names.insert(
                 name.clone(),
                 Tracked {
@@ -112,8 +118,11 @@ impl HotLocks {
                     counts: HotCounts::default(),
                 },
             );
+            slot.by_weight.insert((floor, name.clone()));
         }
-        let tracked = slot.names.entry(name.clone()).or_default();
+        let Some(tracked) = slot.names.get_mut(name) else {
+            return;
+        };
         match what {
             Contention::Queued => tracked.counts.waits += 1,
             Contention::Waited(d) => {
@@ -124,7 +133,10 @@ impl HotLocks {
             Contention::Expired => tracked.counts.expiries += 1,
             Contention::Busy => tracked.counts.busy += 1,
         }
+        let weight = tracked.weight;
         tracked.weight += 1;
+        slot.by_weight.remove(&(weight, name.clone()));
+        slot.by_weight.insert((weight + 1, name.clone()));
     }
 
     /// The `count` most contended names of the last minute: most waits first, then most busy
@@ -218,8 +230,16 @@ mod tests {
         let top = hot.top(3, t0);
         assert_eq!(&top[0].name[..], b"hot");
         assert_eq!(top[0].counts.busy, 100);
-        // Memory stays bounded: one slot holds at most `capacity` names.
+        // Memory stays bounded: one slot holds at most `capacity` names, and its weight index
+        // holds exactly those.
         assert!(hot.slots.lock().iter().all(|s| s.names.len() <= 8));
+        assert!(
+            hot.slots
+                .lock()
+                .iter()
+                .all(|s| s.by_weight.len() == s.names.len()
+                    && s.by_weight.iter().all(|(w, n)| s.names[n].weight == *w))
+        );
         // A flood far above that threshold does push it out: the guarantee, not more.
         for i in 0..10_000 {
             hot.record(&name(&format!("flood{i}")), Contention::Busy, t0);
