@@ -22,6 +22,19 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A granted exclusive lock on `name` with `lease`, through a new client (kept alive with it).
+async fn hold(url: &str, name: &str, lease: Duration) -> (Client, flockd_client::LockGuard) {
+    let client = Client::open(url).await.unwrap();
+    let lock = client
+        .lock(name)
+        .lease(lease)
+        .acquire()
+        .await
+        .unwrap()
+        .expect("granted");
+    (client, lock)
+}
+
 fn renew_calls(raw: &mut Raw) -> u64 {
     let stats = raw.call(&["INFO", "commandstats"]);
     stats
@@ -55,14 +68,7 @@ fn a_stalled_holder_knows_it_lost_the_lock_before_it_writes() {
     let (resume_tx, resume_rx) = mpsc::channel::<()>();
     let holder = std::thread::spawn(move || {
         runtime().block_on(async move {
-            let client = Client::open(&url).await.unwrap();
-            let lock = client
-                .lock("stall")
-                .lease(Duration::from_millis(500))
-                .acquire()
-                .await
-                .unwrap()
-                .expect("granted");
+            let (_client, lock) = hold(&url, "stall", Duration::from_millis(500)).await;
             assert!(
                 lock.fence_set("stall:data", "old holder, on time")
                     .await
@@ -107,14 +113,7 @@ fn renewals_stop_after_release_and_a_dropped_guard_frees_the_lock() {
     let mut raw = server.raw();
     let rt = runtime();
     rt.block_on(async {
-        let client = Client::open(&url).await.unwrap();
-        let lock = client
-            .lock("r")
-            .lease(Duration::from_millis(300))
-            .acquire()
-            .await
-            .unwrap()
-            .unwrap();
+        let (_client, lock) = hold(&url, "r", Duration::from_millis(300)).await;
         tokio::time::sleep(Duration::from_millis(700)).await;
         assert!(lock.release().await.unwrap());
     });
@@ -129,14 +128,7 @@ fn renewals_stop_after_release_and_a_dropped_guard_frees_the_lock() {
 
     // Dropped without release, with a minute of lease left: freed in the background.
     rt.block_on(async {
-        let client = Client::open(&url).await.unwrap();
-        let lock = client
-            .lock("dropped")
-            .lease(Duration::from_secs(60))
-            .acquire()
-            .await
-            .unwrap()
-            .unwrap();
+        let (_client, lock) = hold(&url, "dropped", Duration::from_secs(60)).await;
         assert_eq!(lock.token(), 1);
         drop(lock);
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -155,14 +147,7 @@ fn a_force_release_reaches_lost_through_the_event() {
     let url = server.url();
     let mut raw = server.raw();
     runtime().block_on(async {
-        let client = Client::open(&url).await.unwrap();
-        let lock = client
-            .lock("f")
-            .lease(Duration::from_secs(60))
-            .acquire()
-            .await
-            .unwrap()
-            .unwrap();
+        let (_client, lock) = hold(&url, "f", Duration::from_secs(60)).await;
         assert_eq!(lock.is_lost(), None);
         assert_eq!(raw.call(&["FLOCK.FORCERELEASE", "f"]), ":1\r\n");
         // The next renewal is 20 s away: only the event can tell this soon.
