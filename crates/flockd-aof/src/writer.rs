@@ -420,6 +420,8 @@ impl Aof {
                     // A bug, not an I/O error: make sure nobody waits forever, and refuse writes.
                     let msg = "the AOF writer thread panicked".to_owned();
                     tracing::error!(file = %sh2.path.display(), "{msg}");
+                    let mut c = sh2.counters.lock();
+                    c.last_error = Some(msg.clone());
                     *sh2.failed.lock() = Some(msg);
                 }
                 sh2.stopped.store(true, Ordering::Release);
@@ -927,11 +929,13 @@ impl Writer {
         }
         self.failed = true;
         self.last_retry = Instant::now();
-        *self.sh.failed.lock() = Some(msg.clone());
         {
+            // Under the counters' lock, as `stats` reads both: INFO never shows the failure
+            // without its error text (a disk-fault test saw `err` with an empty error).
             let mut c = self.sh.counters.lock();
             c.last_error = Some(msg.clone());
             c.write_errors += 1;
+            *self.sh.failed.lock() = Some(msg.clone());
         }
         self.sh.progress.send_modify(|p| p.error = Some(msg.into()));
     }
