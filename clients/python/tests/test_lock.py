@@ -26,9 +26,9 @@ def renew_calls(r):
 
 def test_a_lock_is_kept_past_its_lease_while_held(flockd_port):
     client = Client(port=flockd_port)
-    with client.lock("keep", lease=0.3) as lock:
+    with client.lock("keep", lease=1.0) as lock:
         assert lock.token == 1
-        time.sleep(1.0)
+        time.sleep(2.5)
         assert not lock.lost.is_set()
         assert lock.fence_set("keep:data", "written") is True
         assert client.redis.execute_command("FLOCK.TTL", "keep") > 0
@@ -38,9 +38,9 @@ def test_a_lock_is_kept_past_its_lease_while_held(flockd_port):
 
 def test_renewals_stop_after_release(flockd_port):
     client = Client(port=flockd_port)
-    lock = client.lock("r", lease=0.3)
+    lock = client.lock("r", lease=1.0)
     assert lock.acquire()
-    time.sleep(0.5)
+    time.sleep(1.2)
     assert lock.release() is True
     calls = renew_calls(client.redis)
     time.sleep(0.5)
@@ -138,8 +138,8 @@ def test_a_holder_paused_past_its_lease_knows_it_lost_the_lock_before_it_writes(
 def test_the_asyncio_variant(flockd_port):
     async def main():
         client = AsyncClient(port=flockd_port)
-        async with client.lock("a", lease=0.3) as lock:
-            await asyncio.sleep(1.0)
+        async with client.lock("a", lease=1.0) as lock:
+            await asyncio.sleep(2.5)
             assert not lock.lost.is_set()
             assert await lock.fence_set("a:data", "x") is True
         assert await client.redis.execute_command("FLOCK.TTL", "a") == -2
@@ -151,6 +151,14 @@ def test_the_asyncio_variant(flockd_port):
             await client.redis.execute_command("FLOCK.ACQUIRE", "held", 60000)
             async with client.lock("held"):
                 pass
+        # Dropped without release, a minute of lease left: given back on the loop.
+        lock = client.lock("dropped", lease=60)
+        assert await lock.acquire()
+        del lock
+        gc.collect()
+        started = time.monotonic()
+        token = await client.redis.execute_command("FLOCK.ACQUIRE", "dropped", 1000, "WAIT", 5000)
+        assert token == 2 and time.monotonic() - started < 2
         await client.aclose()
 
     asyncio.run(main())

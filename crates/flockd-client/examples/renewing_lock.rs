@@ -16,7 +16,7 @@ pub async fn run(url: &str) -> Result<Option<u64>, Error> {
     let client = Client::open(url).await?;
     let Some(lock) = client
         .lock("order:1042")
-        .lease(Duration::from_millis(600))
+        .lease(Duration::from_millis(1500))
         .wait(Duration::from_secs(5))
         .acquire()
         .await?
@@ -33,7 +33,7 @@ pub async fn run(url: &str) -> Result<Option<u64>, Error> {
                 return Ok(None);
             }
             // Longer than the lease: only the watchdog's renewals keep the lock meanwhile.
-            _ = tokio::time::sleep(Duration::from_millis(400)) => {}
+            _ = tokio::time::sleep(Duration::from_millis(700)) => {}
         }
         if !lock
             .fence_set("order:1042:state", format!("step {step} by {token}"))

@@ -79,10 +79,16 @@ class AsyncLock:
         except redis.RedisError:
             self._pubsub = None
         self._tasks.append(asyncio.create_task(_renew_loop(weakref.ref(self), sent)))
+        # Dropped without release: the tasks hold the lock weakly, and this gives it back on
+        # the loop it was taken on.
+        self._finalizer = weakref.finalize(
+            self, _release_dropped, asyncio.get_running_loop(), self._conn, self.name,
+            self.token, self._tasks, self._pubsub, self._session)
         return True
 
     async def release(self):
         self._released = True
+        self._finalizer.detach()
         for task in self._tasks:
             task.cancel()
         try:
@@ -171,3 +177,24 @@ async def _event_loop(lock_ref, pubsub, token):
         if reason:
             return lock._lose(reason)
         del lock
+
+
+def _release_dropped(loop, conn, name, token, tasks, pubsub, own_connection):
+    """A lock dropped without release: stop its tasks and release it on its loop."""
+
+    async def release():
+        for task in tasks:
+            task.cancel()
+        try:
+            await conn.execute_command("FLOCK.RELEASE", name, token)
+        except redis.RedisError:
+            pass  # the lease runs out on its own
+        if pubsub is not None:
+            await pubsub.aclose()
+        if own_connection:
+            await conn.aclose()
+
+    try:
+        loop.call_soon_threadsafe(lambda: loop.create_task(release()))
+    except RuntimeError:
+        pass  # the loop is closed: the lease runs out
