@@ -73,13 +73,20 @@ pub struct Client {
 
 /// Extra time a blocking request is given beyond what it asked the server to wait.
 const REPLY_SLACK: Duration = Duration::from_secs(5);
+/// How long a request that does not block may take on the shared connection. Not the redis
+/// crate's 500 ms: under `appendfsync always` on a slow disk a renewal can take longer and
+/// still be in time. A renewal is bounded by its lease anyway (see `watchdog`).
+const SHARED_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Client {
     /// Connects to flockd at `url` (`redis://host:port/`, `rediss://` with TLS if the redis
     /// crate was built with it).
     pub async fn open(url: &str) -> Result<Client, Error> {
         let client = redis::Client::open(url)?;
-        let shared = client.get_multiplexed_async_connection().await?;
+        let config = AsyncConnectionConfig::new().set_response_timeout(Some(SHARED_REPLY_TIMEOUT));
+        let shared = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
         Ok(Client { client, shared })
     }
 
