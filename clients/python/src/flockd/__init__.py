@@ -65,32 +65,40 @@ def ends_holding(message, token):
     return {"expired": "expired", "forcereleased": "force-released"}.get(event)
 
 
-class Client:
-    """Connections to one flockd: `Client(host, port, ...)` takes redis.Redis's arguments.
+class ClientBase:
+    """What both clients share: the connection settings, and a connection of its own for a
+    blocking acquire or a SESSION lock. Subclasses name their Redis, Retry and lock classes.
 
     A lock command is never resent (a resent acquire can leave a lock held under a token
     nobody saw): retries are off unless you pass `retry` yourself.
     """
 
+    redis_class = redis.Redis
+    retry_class = Retry
+    lock_class = None
+
     def __init__(self, host="127.0.0.1", port=6390, **kwargs):
-        kwargs.setdefault("retry", Retry(NoBackoff(), 0))
+        kwargs.setdefault("retry", self.retry_class(NoBackoff(), 0))
         self._kwargs = dict(host=host, port=port, **kwargs)
-        self.redis = redis.Redis(**self._kwargs)
+        self.redis = self.redis_class(**self._kwargs)
 
     def connection(self, timeout=None):
         """A client of its own (one connection), with `timeout` as its socket timeout."""
         kwargs = dict(self._kwargs)
         if timeout is not None:
             kwargs["socket_timeout"] = timeout
-        return redis.Redis(single_connection_client=True, **kwargs)
+        return self.redis_class(single_connection_client=True, **kwargs)
 
     def lock(self, name, lease=30.0, wait=None, owner=None, shared=False, limit=None,
              session=False):
-        return Lock(self, name, lease, wait, owner, shared, limit, session)
+        return self.lock_class(self, name, lease, wait, owner, shared, limit, session)
 
 
-class Lock:
-    """A lock request; `with` (or `acquire()`) takes it, leaving (or `release()`) gives it back."""
+class LockBase:
+    """What both lock variants keep: the request, the token, and the validity counted from
+    when each request was sent. Subclasses name their Event class and define `_lose`."""
+
+    event_class = threading.Event
 
     def __init__(self, client, name, lease, wait, owner, shared, limit, session):
         self.client = client
@@ -100,13 +108,34 @@ class Lock:
         self._args = acquire_args(name, self.lease, wait, owner, shared, limit, session)
         self._session = session
         self.token = None
-        self.lost = threading.Event()
+        self.lost = self.event_class()
         self.lost_reason = None
         self._valid_until = 0.0
-        self._stop = threading.Event()
-        self._threads = []
         self._conn = None
         self._pubsub = None
+
+    def is_lost(self):
+        """True when the lock is lost, checked now (also by the clock, if the renewing thread
+        or task has not run since a pause)."""
+        if self.lost.is_set():
+            return True
+        if time.monotonic() + _margin(self.lease) >= self._valid_until:
+            self._lose("the lease is about to run out")
+            return True
+        return False
+
+
+class Client(ClientBase):
+    """Connections to one flockd: `Client(host, port, ...)` takes redis.Redis's arguments."""
+
+
+class Lock(LockBase):
+    """A lock request; `with` (or `acquire()`) takes it, leaving (or `release()`) gives it back."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self._stop = threading.Event()
+        self._threads = []
         self._guard = threading.Lock()
 
     # -- taking and giving back
@@ -169,16 +198,6 @@ class Lock:
 
     # -- knowing it is still ours
 
-    def is_lost(self):
-        """True when the lock is lost, checked now (also by the clock, if the renewing thread
-        has not run since a pause)."""
-        if self.lost.is_set():
-            return True
-        if time.monotonic() + _margin(self.lease) >= self._valid_until:
-            self._lose("the lease is about to run out")
-            return True
-        return False
-
     def fence_set(self, key, value):
         """FENCE.SET key token value LOCK name: True when stored, False when flockd refused it.
         Raises LockLost without sending when the lock is known to be lost."""
@@ -220,6 +239,9 @@ class Lock:
             self._pubsub.close()
         if self._session and self._conn is not None:
             self._conn.close()
+
+
+Client.lock_class = Lock
 
 
 def _renew_loop(lock_ref, stop, renewed_at):

@@ -8,51 +8,29 @@ import weakref
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
-from . import LockLost, LockNotAcquired, _margin, acquire_args, ends_holding
+from . import ClientBase, LockBase, LockLost, LockNotAcquired, _margin, ends_holding
 
 __all__ = ["AsyncClient", "AsyncLock"]
 
 
-class AsyncClient:
+class AsyncClient(ClientBase):
     """Connections to one flockd: `AsyncClient(host, port, ...)` takes redis.asyncio.Redis's
     arguments."""
 
-    def __init__(self, host="127.0.0.1", port=6390, **kwargs):
-        kwargs.setdefault("retry", Retry(NoBackoff(), 0))
-        self._kwargs = dict(host=host, port=port, **kwargs)
-        self.redis = aioredis.Redis(**self._kwargs)
-
-    def connection(self, timeout=None):
-        kwargs = dict(self._kwargs)
-        if timeout is not None:
-            kwargs["socket_timeout"] = timeout
-        return aioredis.Redis(single_connection_client=True, **kwargs)
-
-    def lock(self, name, lease=30.0, wait=None, owner=None, shared=False, limit=None,
-             session=False):
-        return AsyncLock(self, name, lease, wait, owner, shared, limit, session)
+    redis_class = aioredis.Redis
+    retry_class = Retry
 
     async def aclose(self):
         await self.redis.aclose()
 
 
-class AsyncLock:
-    def __init__(self, client, name, lease, wait, owner, shared, limit, session):
-        self.client = client
-        self.name = name
-        self.lease = float(lease)
-        self.wait = wait
-        self._args = acquire_args(name, self.lease, wait, owner, shared, limit, session)
-        self._session = session
-        self.token = None
-        self.lost = asyncio.Event()
-        self.lost_reason = None
-        self._valid_until = 0.0
+class AsyncLock(LockBase):
+    event_class = asyncio.Event
+
+    def __init__(self, *args):
+        super().__init__(*args)
         self._tasks = []
-        self._conn = None
-        self._pubsub = None
         self._released = False
 
     async def acquire(self):
@@ -112,14 +90,6 @@ class AsyncLock:
             pass  # lost already: -NOTOWNER
         return False
 
-    def is_lost(self):
-        if self.lost.is_set():
-            return True
-        if time.monotonic() + _margin(self.lease) >= self._valid_until:
-            self._lose("the lease is about to run out")
-            return True
-        return False
-
     async def fence_set(self, key, value):
         if self.is_lost():
             raise LockLost(self.lost_reason)
@@ -131,6 +101,9 @@ class AsyncLock:
         if not self.lost.is_set() and not self._released:
             self.lost_reason = reason
             self.lost.set()
+
+
+AsyncClient.lock_class = AsyncLock
 
 
 async def _renew_loop(lock_ref, renewed_at):
