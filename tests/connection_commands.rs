@@ -395,6 +395,8 @@ fn command_introspection() {
         "unsubscribe",
         "punsubscribe",
         "pubsub",
+        "role",
+        "flock.cluster",
     ];
     for name in expected_names {
         assert!(

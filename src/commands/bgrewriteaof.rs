@@ -32,7 +32,12 @@ impl CommandDef for BgRewriteAof {
 
 impl LocalCommand for BgRewriteAof {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        match ctx.shared.aof.rewrite() {
+        let Some(aof) = &ctx.shared.aof else {
+            return Err(CommandError::Rewrite(
+                "a cluster node has no AOF: its Raft log is compacted by snapshots".into(),
+            ));
+        };
+        match aof.rewrite() {
             Ok(()) => reply(Reply::Simple(
                 "Background append only file rewriting started".into(),
             )),

@@ -40,6 +40,12 @@ pub enum CommandError {
     UnknownSubcommand { command: &'static str, sub: String },
     #[error("{0}")]
     NotOwner(#[from] flockd_core::LockError),
+    /// A cluster command that cannot run (a bad node id, a single node).
+    #[error("ERR {0}")]
+    Cluster(String),
+    /// A cluster node could not get the command committed (Redis Cluster's error code).
+    #[error("CLUSTERDOWN {0}")]
+    ClusterDown(String),
     #[error("MISCONF {0}")]
     Misconf(String),
     #[error("NOAUTH Authentication required.")]
@@ -142,6 +148,11 @@ pub enum CommandError {
 
 impl From<crate::server::propose::ProposeError> for CommandError {
     fn from(e: crate::server::propose::ProposeError) -> Self {
-        CommandError::Misconf(e.to_string())
+        match e {
+            crate::server::propose::ProposeError::ClusterDown(why) => {
+                CommandError::ClusterDown(why)
+            }
+            other => CommandError::Misconf(other.to_string()),
+        }
     }
 }

@@ -18,6 +18,7 @@ const DEFAULT_SECTIONS: &[&str] = &[
     "memory",
     "persistence",
     "stats",
+    "replication",
     "locks",
     "keyspace",
 ];
@@ -27,6 +28,7 @@ const ALL_SECTIONS: &[&str] = &[
     "memory",
     "persistence",
     "stats",
+    "replication",
     "locks",
     "commandstats",
     "keyspace",
@@ -208,8 +210,19 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
             field("unknown_commands", &read(&s.unknown_commands));
             field("protocol_errors", &read(&s.protocol_errors));
         }
+        "persistence" if shared.aof.is_none() => {
+            // A cluster node keeps its state in the Raft log and its snapshots.
+            field("# Persistence", &"");
+            field("loading", &0);
+            field("rdb_bgsave_in_progress", &0);
+            field("aof_enabled", &0);
+            field("raft_log_fsync", &"always");
+        }
         "persistence" => {
-            let a = shared.aof.stats();
+            let Some(aof) = shared.aof.as_ref() else {
+                return;
+            };
+            let a = aof.stats();
             field("# Persistence", &"");
             field("loading", &0);
             field("rdb_bgsave_in_progress", &0);
@@ -243,6 +256,37 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
             field("aof_batches", &a.batches);
             field("aof_loaded_records", &shared.replayed.records);
             field("aof_load_time_ms", &shared.replayed.elapsed.as_millis());
+        }
+        "replication" => {
+            field("# Replication", &"");
+            match &shared.cluster {
+                None => {
+                    field("role", &"master");
+                    field("connected_slaves", &0);
+                }
+                Some(cluster) => {
+                    let v = cluster.view();
+                    let leads = v.role == flockd_raft::Role::Leader;
+                    field("role", &if leads { "master" } else { "slave" });
+                    if !leads && let Some(leader) = v.leader.and_then(|id| v.member(id)) {
+                        field("master_host", &leader.peer.host);
+                        field("master_port", &leader.peer.port);
+                        field("master_link_status", &"up");
+                    } else if !leads {
+                        field("master_link_status", &"down");
+                    }
+                    if leads {
+                        field("connected_slaves", &(v.members.len().saturating_sub(1)));
+                    }
+                    field("raft_node_id", &v.node_id);
+                    field("raft_state", &v.role.as_str());
+                    field("raft_leader_id", &v.leader.unwrap_or(0));
+                    field("raft_term", &v.term);
+                    field("raft_commit_index", &v.commit_index);
+                    field("raft_applied_index", &v.applied_index);
+                    field("raft_members", &v.members.len());
+                }
+            }
         }
         "locks" => {
             let (l, f, floor) = {

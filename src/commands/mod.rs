@@ -34,6 +34,7 @@ mod flock_acquire;
 mod flock_acquireall;
 pub use flock_acquireall::tokens_reply;
 mod flock_advance;
+mod flock_cluster;
 mod flock_forcerelease;
 mod flock_holders;
 mod flock_hot;
@@ -52,6 +53,7 @@ mod ping;
 mod pubsub;
 mod quit;
 pub mod reset;
+mod role;
 mod select;
 mod shutdown;
 mod slowlog;
@@ -107,7 +109,11 @@ macro_rules! dispatch {
         Execution::Local(LocalCommand::run($cmd, $ctx))
     };
     (read, $cmd:expr, $ctx:expr, $ty:ty) => {
-        Execution::Local(read_now($cmd, $ctx))
+        if $ctx.shared.log.reads_through_log() {
+            Execution::State(proposal::<$ty>($cmd))
+        } else {
+            Execution::Local(read_now($cmd, $ctx))
+        }
     };
     (state, $cmd:expr, $ctx:expr, $ty:ty) => {
         Execution::State(proposal::<$ty>($cmd))
@@ -134,7 +140,8 @@ fn proposal<T: StateCommand>(cmd: T) -> Proposal {
 }
 
 /// A read runs at once against the applied state, with the same op and reply it has inside a
-/// transaction.
+/// transaction. On a cluster node it is proposed instead (see `dispatch!`): applied in log
+/// order on every node, it reflects every write committed before it, wherever it is asked.
 fn read_now<T: StateCommand>(cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
     let op = cmd.into_op();
     let Op::Read(read) = &op else {
@@ -203,6 +210,7 @@ command_table! {
     local Reset => reset::Reset,
     local Introspection => command::CommandCmd,
     local Info => info::Info,
+    local Role => role::Role,
     local Config => config::ConfigCmd,
     local Time => time::Time,
     local BgRewriteAof => bgrewriteaof::BgRewriteAof,
@@ -229,6 +237,7 @@ command_table! {
     read FlockHolders => flock_holders::FlockHolders,
     read FlockToken => flock_token::FlockToken,
     read FlockTtl => flock_ttl::FlockTtl,
+    local FlockCluster => flock_cluster::FlockCluster,
     state FlockForceRelease => flock_forcerelease::FlockForceRelease,
     local FlockHot => flock_hot::FlockHot,
     local FlockScan => flock_scan::FlockScan,

@@ -22,6 +22,11 @@ const IMMUTABLE: &[&str] = &[
     "tls-port",
     "tls-only",
     "aclfile",
+    "node-id",
+    "cluster-peers",
+    "cluster-heartbeat-ms",
+    "cluster-election-timeout-ms",
+    "cluster-wait-leader-ms",
     "appendonly",
     "save",
     "databases",
@@ -93,6 +98,7 @@ impl Config {
         next.tls_port = self.tls_port;
         next.tls_only = self.tls_only;
         next.aclfile = self.aclfile.clone();
+        next.cluster = self.cluster.clone();
         Ok(next)
     }
 

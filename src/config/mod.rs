@@ -69,6 +69,29 @@ pub struct Config {
     pub tls_protocols: Vec<Protocol>,
     /// The users file (Redis's format) read at start and by ACL LOAD, written by ACL SAVE.
     pub aclfile: Option<PathBuf>,
+    /// Cluster mode (`node-id` and `cluster-peers` given); `None`: the single node.
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// The cluster keys of `cluster.md`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterConfig {
+    pub node_id: u64,
+    pub peers: Vec<flockd_raft::Peer>,
+    pub heartbeat_ms: u64,
+    pub election_timeout_ms: u64,
+    pub wait_leader_ms: u64,
+}
+
+impl ClusterConfig {
+    /// `cluster-peers` as written (`id=host:port@cport,...`).
+    pub fn peers_text(&self) -> String {
+        self.peers
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
 }
 
 impl Default for Config {
@@ -112,6 +135,7 @@ impl Default for Config {
             tls_auth_clients: AuthClients::No,
             tls_protocols: vec![Protocol::Tls12, Protocol::Tls13],
             aclfile: None,
+            cluster: None,
         }
     }
 }
@@ -186,6 +210,41 @@ impl Config {
                 self.client_output_buffer_limit_pubsub.to_string(),
             ),
             ("aclfile", path_text(&self.aclfile)),
+            (
+                "node-id",
+                self.cluster
+                    .as_ref()
+                    .map(|c| c.node_id.to_string())
+                    .unwrap_or_default(),
+            ),
+            (
+                "cluster-peers",
+                self.cluster
+                    .as_ref()
+                    .map(ClusterConfig::peers_text)
+                    .unwrap_or_default(),
+            ),
+            (
+                "cluster-heartbeat-ms",
+                self.cluster
+                    .as_ref()
+                    .map_or(100, |c| c.heartbeat_ms)
+                    .to_string(),
+            ),
+            (
+                "cluster-election-timeout-ms",
+                self.cluster
+                    .as_ref()
+                    .map_or(500, |c| c.election_timeout_ms)
+                    .to_string(),
+            ),
+            (
+                "cluster-wait-leader-ms",
+                self.cluster
+                    .as_ref()
+                    .map_or(3000, |c| c.wait_leader_ms)
+                    .to_string(),
+            ),
             (
                 "tls-port",
                 self.tls_port.map(|p| p.to_string()).unwrap_or_default(),
@@ -265,6 +324,8 @@ pub enum ConfigError {
         value: String,
         allowed: &'static str,
     },
+    #[error("cluster mode: {0}")]
+    Cluster(String),
 }
 
 #[derive(Debug, Parser)]
@@ -436,6 +497,22 @@ pub struct Settings {
     /// start and by ACL LOAD, written by ACL SAVE.
     #[arg(long, env = "FLOCKD_ACLFILE", value_name = "FILE")]
     pub aclfile: Option<PathBuf>,
+    /// This node's id in a cluster (1..=2^63-1); with cluster-peers, turns cluster mode on.
+    #[arg(long, env = "FLOCKD_NODE_ID", value_name = "ID")]
+    pub node_id: Option<u64>,
+    /// The cluster's members: id=host:port@cport,... (@cport defaults to port + 10000).
+    #[arg(long, env = "FLOCKD_CLUSTER_PEERS", value_name = "PEERS")]
+    pub cluster_peers: Option<String>,
+    /// Milliseconds between the leader's heartbeats.
+    #[arg(long, env = "FLOCKD_CLUSTER_HEARTBEAT_MS", value_name = "MS")]
+    pub cluster_heartbeat_ms: Option<u64>,
+    /// A follower that hears no leader for a random time between this and twice this calls
+    /// an election.
+    #[arg(long, env = "FLOCKD_CLUSTER_ELECTION_TIMEOUT_MS", value_name = "MS")]
+    pub cluster_election_timeout_ms: Option<u64>,
+    /// How long a command waits for a leader to commit it before -CLUSTERDOWN.
+    #[arg(long, env = "FLOCKD_CLUSTER_WAIT_LEADER_MS", value_name = "MS")]
+    pub cluster_wait_leader_ms: Option<u64>,
 }
 
 impl Settings {
@@ -492,6 +569,13 @@ impl Settings {
             tls_auth_clients: self.tls_auth_clients.or(lower.tls_auth_clients),
             tls_protocols: self.tls_protocols.or(lower.tls_protocols),
             aclfile: self.aclfile.or(lower.aclfile),
+            node_id: self.node_id.or(lower.node_id),
+            cluster_peers: self.cluster_peers.or(lower.cluster_peers),
+            cluster_heartbeat_ms: self.cluster_heartbeat_ms.or(lower.cluster_heartbeat_ms),
+            cluster_election_timeout_ms: self
+                .cluster_election_timeout_ms
+                .or(lower.cluster_election_timeout_ms),
+            cluster_wait_leader_ms: self.cluster_wait_leader_ms.or(lower.cluster_wait_leader_ms),
         }
     }
 
@@ -565,7 +649,78 @@ impl Settings {
             Some(p) if p.is_empty() => None,
             other => other,
         };
+        // CONFIG SET rebuilds every key from its CONFIG GET text: an empty list is no list.
+        let cluster_peers = self.cluster_peers.filter(|p| !p.trim().is_empty());
+        let cluster = match (self.node_id, cluster_peers) {
+            (None, None) => None,
+            (Some(node_id), Some(peers)) => {
+                if !(1..=i64::MAX as u64).contains(&node_id) {
+                    return Err(ConfigError::Invalid {
+                        key: "node-id",
+                        value: node_id.to_string(),
+                        allowed: "1..=9223372036854775807",
+                    });
+                }
+                let parsed = flockd_raft::parse_peers(&peers)
+                    .map_err(|e| ConfigError::Cluster(e.to_string()))?;
+                if appendfsync != FsyncPolicy::Always {
+                    return Err(ConfigError::Cluster(format!(
+                        "appendfsync {appendfsync} with cluster mode: a cluster node syncs its Raft \
+                         log and vote before it acknowledges them (appendfsync always), or a \
+                         majority could lose an acknowledged lock in a power cut; remove the key"
+                    )));
+                }
+                let heartbeat_ms = ranged(
+                    "cluster-heartbeat-ms",
+                    self.cluster_heartbeat_ms,
+                    100,
+                    10,
+                    60_000,
+                    "10..=60000",
+                )?;
+                let election_timeout_ms = ranged(
+                    "cluster-election-timeout-ms",
+                    self.cluster_election_timeout_ms,
+                    500,
+                    50,
+                    600_000,
+                    "50..=600000",
+                )?;
+                if election_timeout_ms <= heartbeat_ms * 2 {
+                    return Err(ConfigError::Cluster(format!(
+                        "cluster-election-timeout-ms {election_timeout_ms} must be more than twice \
+                         cluster-heartbeat-ms {heartbeat_ms}, or followers call elections while a \
+                         leader is alive"
+                    )));
+                }
+                Some(ClusterConfig {
+                    node_id,
+                    peers: parsed,
+                    heartbeat_ms,
+                    election_timeout_ms,
+                    wait_leader_ms: ranged(
+                        "cluster-wait-leader-ms",
+                        self.cluster_wait_leader_ms,
+                        3000,
+                        0,
+                        3_600_000,
+                        "0..=3600000",
+                    )?,
+                })
+            }
+            (Some(_), None) => {
+                return Err(ConfigError::Cluster(
+                    "node-id without cluster-peers: give both for cluster mode, or neither".into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::Cluster(
+                    "cluster-peers without node-id: give both for cluster mode, or neither".into(),
+                ));
+            }
+        };
         Ok(Config {
+            cluster,
             aclfile: some_path(self.aclfile),
             tls_port: tls.port,
             tls_only: tls.only,

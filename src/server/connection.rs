@@ -336,6 +336,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                             self.push_ready(reply);
                         }
                     }
+                    Ok(Outcome::Await(finishing)) => {
+                        self.resolve().await;
+                        let reply = finishing.await;
+                        self.push_ready(reply);
+                    }
                     Ok(Outcome::Monitor(reply)) => {
                         // Subscribed before the +OK goes out: every command a client sends
                         // after it sees the +OK is in the feed (it raced before, under load).
@@ -582,7 +587,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                             Reply::ok()
                         }
                         Execution::Local(Ok(
-                            Outcome::Exec(_) | Outcome::Monitor(_) | Outcome::Replies(_),
+                            Outcome::Exec(_)
+                            | Outcome::Monitor(_)
+                            | Outcome::Replies(_)
+                            | Outcome::Await(_),
                         ))
                         | Execution::State(_) => Reply::error(CommandError::NotInMulti.to_string()),
                         Execution::Local(Err(e)) => Reply::error(stats::failed(stat, &e)),

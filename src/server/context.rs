@@ -97,6 +97,9 @@ pub enum Outcome {
     Monitor(Reply),
     /// Several replies to one command, each its own frame ((P)SUBSCRIBE, (P)UNSUBSCRIBE).
     Replies(Vec<Reply>),
+    /// The reply once this finishes (FLOCK.CLUSTER ADD waits for Raft); the connection's
+    /// later commands wait for it, as behind a blocking command.
+    Await(std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send>>),
 }
 
 impl From<Reply> for Outcome {

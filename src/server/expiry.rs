@@ -16,7 +16,16 @@ use super::propose::commit;
 const BATCH: usize = 4096;
 
 pub async fn run(shared: Arc<Shared>) {
+    // On a cluster node only the leader's clock times leases: a follower's task waits here.
+    let mut leading = shared.log.leadership();
     loop {
+        if !*leading.borrow_and_update() {
+            tokio::select! {
+                changed = leading.changed() => if changed.is_err() { return },
+                _ = shared.shutdown.cancelled() => return,
+            }
+            continue;
+        }
         let now = shared.log.now();
         let (due, next) = {
             let mut machine = shared.host.index();
@@ -42,6 +51,7 @@ pub async fn run(shared: Arc<Shared>) {
                 }
             } => {}
             _ = shared.host.expiry_wake.notified() => {}
+            _ = leading.changed() => {}
             _ = shared.shutdown.cancelled() => return,
         }
     }

@@ -113,8 +113,11 @@ impl StateHost {
     }
 }
 
-impl Applier for StateHost {
-    fn apply(&self, entries: &[Entry], results: &mut Vec<Vec<OpResult>>) {
+impl StateHost {
+    /// Applies committed entries and routes their events. `local`: this node proposed them,
+    /// so the waits they queue belong to connections parked here (a cluster node applies the
+    /// others' entries too, and keeps no slot for their waits).
+    fn apply_entries(&self, entries: &[Entry], local: bool, results: &mut Vec<Vec<OpResult>>) {
         let mut events = Vec::new();
         // Collected only while somebody listens, and published on the pub/sub thread, so
         // subscribers never hold up applying (or the readers waiting for it).
@@ -127,12 +130,16 @@ impl Applier for StateHost {
                     machine.apply_in_entry(entry.position, index as u32, entry.at, op, &mut events);
                 match (&result, op) {
                     (OpResult::Acquire(AcquireResult::Queued(wait)), Op::Acquire { name, .. }) => {
-                        self.waits.queued(*wait);
+                        if local {
+                            self.waits.queued(*wait);
+                        }
                         self.hot
                             .record(name, Contention::Queued, std::time::Instant::now());
                     }
                     (OpResult::Acquire(AcquireResult::Queued(wait)), _)
-                    | (OpResult::AcquireAll(AcquireAllResult::Queued(wait)), _) => {
+                    | (OpResult::AcquireAll(AcquireAllResult::Queued(wait)), _)
+                        if local =>
+                    {
                         self.waits.queued(*wait)
                     }
                     (OpResult::Acquire(AcquireResult::Busy), Op::Acquire { name, .. }) => {
@@ -161,8 +168,35 @@ impl Applier for StateHost {
             self.pubsub.publish_events(publish);
         }
     }
+}
+
+impl Applier for StateHost {
+    fn apply(&self, entries: &[Entry], results: &mut Vec<Vec<OpResult>>) {
+        self.apply_entries(entries, true, results)
+    }
 
     fn snapshot(&self) -> Snapshot {
         self.machine.read().snapshot()
+    }
+}
+
+impl flockd_raft::Host for StateHost {
+    fn apply(&self, entry: &Entry, local: bool) -> Vec<OpResult> {
+        let mut results = Vec::with_capacity(1);
+        self.apply_entries(std::slice::from_ref(entry), local, &mut results);
+        results.pop().unwrap_or_default()
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.machine.read().snapshot()
+    }
+
+    fn replace(&self, machine: StateMachine) {
+        *self.machine.write() = machine;
+        self.expiry_wake.notify_one();
+    }
+
+    fn time(&self) -> Millis {
+        self.machine.read().time()
     }
 }

@@ -103,7 +103,7 @@ impl MetricsSource for DaemonMetrics {
                 machine.token_floor(),
             )
         };
-        let aof = shared.aof.stats();
+        let aof = shared.aof.as_ref().map(|aof| aof.stats());
         let holds = &shared.host.holds;
         MetricsSnapshot {
             version,
@@ -140,11 +140,18 @@ impl MetricsSource for DaemonMetrics {
             fence_writes_accepted: fences.accepted,
             fence_writes_refused: fences.refused,
             token_floor,
-            aof_fsync_duration: from_fixed(&aof.fsync_seconds),
-            aof_records_per_fsync: from_fixed(&aof.records_per_fsync),
-            aof_size_bytes: aof.file_size,
-            aof_rewrites: aof.rewrites,
-            aof_write_errors: aof.write_errors,
+            // A cluster node has no AOF: those stay at zero.
+            aof_fsync_duration: aof
+                .as_ref()
+                .map(|a| from_fixed(&a.fsync_seconds))
+                .unwrap_or_default(),
+            aof_records_per_fsync: aof
+                .as_ref()
+                .map(|a| from_fixed(&a.records_per_fsync))
+                .unwrap_or_default(),
+            aof_size_bytes: aof.as_ref().map_or(0, |a| a.file_size),
+            aof_rewrites: aof.as_ref().map_or(0, |a| a.rewrites),
+            aof_write_errors: aof.as_ref().map_or(0, |a| a.write_errors),
         }
     }
 }

@@ -42,6 +42,7 @@ use clients::ClientRegistry;
 use clock::Clock;
 use host::StateHost;
 use propose::{LocalLog, Propose, commit};
+
 use stats::ServerStats;
 
 /// Redis's input limits for clients that have not authenticated yet.
@@ -62,9 +63,11 @@ pub struct Shared {
     pub host: Arc<StateHost>,
     /// Where state changes are proposed.
     pub log: Arc<dyn Propose>,
-    /// The file behind the local log (rewrites, INFO persistence).
-    pub aof: Arc<Aof>,
-    pub clock: Clock,
+    /// The file behind the local log (rewrites, INFO persistence); `None` on a cluster node.
+    pub aof: Option<Arc<Aof>>,
+    /// The Raft node, in cluster mode.
+    pub cluster: Option<Arc<flockd_raft::Cluster>>,
+    pub clock: Arc<Clock>,
     pub clients: ClientRegistry,
     pub monitors: monitor::Monitors,
     pub stats: ServerStats,
@@ -95,6 +98,8 @@ pub enum ServerError {
     Acl(#[from] flockd_acl::AclError),
     #[error("TLS: {0}")]
     Tls(#[from] flockd_tls::TlsError),
+    #[error("cluster: {0}")]
+    Cluster(flockd_raft::StartError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -117,76 +122,17 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         path: config.dir.clone(),
         source,
     })?;
-    let aof_path = config.aof_path();
-    let mut machine = StateMachine::new();
-    let replayed = tokio::task::block_in_place(|| flockd_aof::load(&aof_path, &mut machine))?;
-    // INFO counts what this run does, not the replayed history.
-    machine.reset_stats();
-    info!(
-        file = %aof_path.display(),
-        records = replayed.records,
-        bytes = replayed.bytes,
-        ms = replayed.elapsed.as_millis() as u64,
-        "AOF loaded"
-    );
-    let (position, last_at) = (machine.position(), machine.time());
-    let rearm = machine.has_holdings_or_waiters();
-    let end_sessions = machine.has_session_holdings();
-    let clock = Clock::continuing_from(last_at);
-    let host = Arc::new(StateHost::new(machine, config.hot_locks_capacity));
-    host.pubsub.configure(
-        config.notify_flock_events,
-        config.client_output_buffer_limit_pubsub,
-    );
-    let aof = tokio::task::block_in_place(|| {
-        Aof::open(
-            AofOptions {
-                path: aof_path,
-                fsync: config.appendfsync,
-                rewrite_min_size: config.auto_aof_rewrite_min_size,
-                rewrite_percentage: config.auto_aof_rewrite_percentage,
-            },
-            host.clone(),
-            position,
-            last_at,
-        )
-    })?;
-    let log: Arc<dyn Propose> = Arc::new(LocalLog {
-        aof: aof.clone(),
+    let Started {
+        host,
+        log,
+        aof,
         clock,
-    });
-    if rearm {
-        // Leases that were live at the stop get their full length from now (a restart never
-        // shortens one); waits died with their connections, and so did every SESSION holding
-        // (after the re-arm, so no waiter of the last run is handed what they free). Applied
-        // now, logged in front of the next entry written (see `Aof::prepend_applied`).
-        let mut ops = vec![Op::Rearm { extra_ms: 0 }];
-        if end_sessions {
-            ops.push(Op::EndAllSessions);
-        }
-        let entry = flockd_aof::Entry {
-            position: position + 1,
-            at: clock.now(),
-            ops,
-        };
-        let mut results = Vec::new();
-        flockd_aof::Applier::apply(&*host, std::slice::from_ref(&entry), &mut results);
-        aof.prepend_applied(entry);
-        info!("re-armed live leases, ended the last run's sessions: {results:?}");
-    }
-    if let Some(by) = bump_tokens {
-        let results = commit(&*log, vec![Op::BumpAll { by }])
-            .await
-            .map_err(|source| ServerError::Start {
-                what: "--bump-tokens",
-                source,
-            })?;
-        warn!(
-            by,
-            floor = host.read().token_floor(),
-            "raised every token counter (--bump-tokens): {results:?}"
-        );
-    }
+        cluster,
+        replayed,
+    } = match &config.cluster {
+        Some(cluster) => start_cluster(&config, cluster).await?,
+        None => start_local(&config, bump_tokens).await?,
+    };
 
     // The files are read before anything listens: a bad one stops the start, named.
     let tls = match config.tls_settings() {
@@ -224,6 +170,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         host,
         log,
         aof,
+        cluster,
         clock,
         clients: ClientRegistry::default(),
         monitors: monitor::Monitors::default(),
@@ -285,12 +232,194 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         warn!("connections still open after {grace:?}; closing them");
     }
     let _ = expiry.await;
-    let aof = shared.aof.clone();
-    if let Err(e) = tokio::task::spawn_blocking(move || aof.shutdown()).await {
-        error!("AOF shutdown failed: {e}");
+    if let Some(cluster) = &shared.cluster {
+        cluster.shutdown().await;
+        info!("Raft stopped; bye");
     }
-    info!("AOF flushed and synced; bye");
+    if let Some(aof) = shared.aof.clone() {
+        if let Err(e) = tokio::task::spawn_blocking(move || aof.shutdown()).await {
+            error!("AOF shutdown failed: {e}");
+        }
+        info!("AOF flushed and synced; bye");
+    }
     Ok(())
+}
+
+/// A single node's state to seed a new cluster with: its AOF, loaded, when the node has no
+/// Raft state yet. Its live leases are re-armed and its waits and SESSION holdings end (their
+/// connections are gone), as a single node's restart does.
+fn seed_from_aof(config: &Config) -> Result<Option<StateMachine>, ServerError> {
+    let aof_path = config.aof_path();
+    if config.dir.join("raft").exists() || !aof_path.exists() {
+        return Ok(None);
+    }
+    let mut machine = StateMachine::new();
+    let replayed = tokio::task::block_in_place(|| flockd_aof::load(&aof_path, &mut machine))?;
+    machine.reset_stats();
+    let at = flockd_core::Millis(machine.time().0 + 1);
+    let position = machine.position() + 1;
+    machine.apply(position, at, &Op::Rearm { extra_ms: 0 });
+    machine.apply(position, at, &Op::EndAllSessions);
+    info!(
+        file = %aof_path.display(),
+        records = replayed.records,
+        floor = machine.token_floor(),
+        "seeding the cluster from the single node's AOF"
+    );
+    Ok(Some(machine))
+}
+
+/// What a start leaves running: the state, the log that changes it, and the clock that stamps.
+struct Started {
+    host: Arc<StateHost>,
+    log: Arc<dyn Propose>,
+    aof: Option<Arc<Aof>>,
+    clock: Arc<Clock>,
+    cluster: Option<Arc<flockd_raft::Cluster>>,
+    replayed: flockd_aof::ReplayReport,
+}
+
+fn new_host(config: &Config, machine: StateMachine) -> Arc<StateHost> {
+    let host = Arc::new(StateHost::new(machine, config.hot_locks_capacity));
+    host.pubsub.configure(
+        config.notify_flock_events,
+        config.client_output_buffer_limit_pubsub,
+    );
+    host
+}
+
+/// The single node: the AOF loaded into the state machine, opened for appending, live leases
+/// re-armed.
+async fn start_local(config: &Config, bump_tokens: Option<u64>) -> Result<Started, ServerError> {
+    let aof_path = config.aof_path();
+    let mut machine = StateMachine::new();
+    let replayed = tokio::task::block_in_place(|| flockd_aof::load(&aof_path, &mut machine))?;
+    // INFO counts what this run does, not the replayed history.
+    machine.reset_stats();
+    info!(
+        file = %aof_path.display(),
+        records = replayed.records,
+        bytes = replayed.bytes,
+        ms = replayed.elapsed.as_millis() as u64,
+        "AOF loaded"
+    );
+    let (position, last_at) = (machine.position(), machine.time());
+    let rearm = machine.has_holdings_or_waiters();
+    let end_sessions = machine.has_session_holdings();
+    let clock = Arc::new(Clock::continuing_from(last_at));
+    let host = new_host(config, machine);
+    let aof = tokio::task::block_in_place(|| {
+        Aof::open(
+            AofOptions {
+                path: aof_path,
+                fsync: config.appendfsync,
+                rewrite_min_size: config.auto_aof_rewrite_min_size,
+                rewrite_percentage: config.auto_aof_rewrite_percentage,
+            },
+            host.clone(),
+            position,
+            last_at,
+        )
+    })?;
+    let log: Arc<dyn Propose> = Arc::new(LocalLog {
+        aof: aof.clone(),
+        clock: clock.clone(),
+        leading: tokio::sync::watch::channel(true).0,
+    });
+    if rearm {
+        // Leases that were live at the stop get their full length from now (a restart never
+        // shortens one); waits died with their connections, and so did every SESSION holding
+        // (after the re-arm, so no waiter of the last run is handed what they free). Applied
+        // now, logged in front of the next entry written (see `Aof::prepend_applied`).
+        let mut ops = vec![Op::Rearm { extra_ms: 0 }];
+        if end_sessions {
+            ops.push(Op::EndAllSessions);
+        }
+        let entry = flockd_aof::Entry {
+            position: position + 1,
+            at: clock.now(),
+            ops,
+        };
+        let mut results = Vec::new();
+        flockd_aof::Applier::apply(&*host, std::slice::from_ref(&entry), &mut results);
+        aof.prepend_applied(entry);
+        info!("re-armed live leases, ended the last run's sessions: {results:?}");
+    }
+    if let Some(by) = bump_tokens {
+        let results = commit(&*log, vec![Op::BumpAll { by }])
+            .await
+            .map_err(|source| ServerError::Start {
+                what: "--bump-tokens",
+                source,
+            })?;
+        warn!(
+            by,
+            floor = host.read().token_floor(),
+            "raised every token counter (--bump-tokens): {results:?}"
+        );
+    }
+    Ok(Started {
+        host,
+        log,
+        aof: Some(aof),
+        clock,
+        cluster: None,
+        replayed,
+    })
+}
+
+/// A cluster node: the state from the last snapshot in `dir/raft`, the Raft log after it, the
+/// peers on the cluster port. The leader's duties (re-arming leases, expiring them) start when
+/// this node takes office.
+async fn start_cluster(
+    config: &Config,
+    cluster: &crate::config::ClusterConfig,
+) -> Result<Started, ServerError> {
+    let clock = Arc::new(Clock::continuing_from(flockd_core::Millis(0)));
+    let host = new_host(config, StateMachine::new());
+    let seed = seed_from_aof(config)?;
+    let cport = cluster
+        .peers
+        .iter()
+        .find(|p| p.id == cluster.node_id)
+        .map_or(config.port.saturating_add(10000), |p| p.cport);
+    let settings = flockd_raft::ClusterSettings {
+        node_id: cluster.node_id,
+        peers: cluster.peers.clone(),
+        dir: config.dir.join("raft"),
+        bind: config.bind,
+        cport,
+        heartbeat_ms: cluster.heartbeat_ms,
+        election_timeout_ms: cluster.election_timeout_ms,
+        wait_leader_ms: cluster.wait_leader_ms,
+        snapshot_every: 50_000,
+    };
+    let node = flockd_raft::Cluster::start(settings, host.clone(), clock.clone(), seed)
+        .await
+        .map_err(ServerError::Cluster)?;
+    info!(
+        node = cluster.node_id,
+        peers = %cluster.peers_text(),
+        "cluster node started; the cluster port listens on {}:{cport}",
+        config.bind
+    );
+    let node = Arc::new(node);
+    Ok(Started {
+        host,
+        log: Arc::new(propose::ClusterLog {
+            cluster: node.clone(),
+        }),
+        aof: None,
+        clock,
+        cluster: Some(node),
+        replayed: flockd_aof::ReplayReport {
+            records: 0,
+            bytes: 0,
+            truncated_at: None,
+            elapsed: Duration::ZERO,
+            version: None,
+        },
+    })
 }
 
 /// The next connection on `listener`; never, without one.
@@ -415,6 +544,8 @@ async fn reclaim_idle_names(shared: Arc<Shared>) {
     /// Names forgotten by one op at most.
     const BATCH: usize = 10_000;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    // Only the leader forgets names (the followers apply its Forget ops).
+    let leading = shared.log.leadership();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -422,7 +553,7 @@ async fn reclaim_idle_names(shared: Arc<Shared>) {
         }
         // Read each time: CONFIG SET max-idle-names takes effect at the next tick (0: no bound).
         let max = shared.config.load().max_idle_names;
-        if max == 0 {
+        if max == 0 || !*leading.borrow() {
             continue;
         }
         loop {

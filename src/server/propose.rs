@@ -2,8 +2,8 @@
 //! command into ops and proposes them; what comes back are the results of applying them, once
 //! they are durable (local AOF) or committed (later: on a Raft majority).
 //!
-//! [`LocalLog`] is today's implementation: the AOF with group commit. A replicated one slots in
-//! behind the same [`Propose`] trait; commands never see which one runs.
+//! [`LocalLog`] is the single node's: the AOF with group commit. [`ClusterLog`] is a cluster
+//! node's: the Raft log of `flockd-raft`. Commands never see which one runs.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 
 use flockd_aof::{Aof, CommitError, Committed};
 use flockd_core::{Op, OpResult};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use super::clock::Clock;
 
@@ -25,6 +25,18 @@ pub enum ProposeError {
     /// The server is stopping.
     #[error("the AOF is shutting down")]
     ShuttingDown,
+    /// No leader committed it in time, or this node cannot tell its outcome (`-CLUSTERDOWN`).
+    #[error("{0}")]
+    ClusterDown(String),
+}
+
+impl From<flockd_raft::ClusterError> for ProposeError {
+    fn from(e: flockd_raft::ClusterError) -> Self {
+        match e {
+            flockd_raft::ClusterError::ShuttingDown => ProposeError::ShuttingDown,
+            other => ProposeError::ClusterDown(other.to_string()),
+        }
+    }
 }
 
 impl From<CommitError> for ProposeError {
@@ -39,20 +51,29 @@ impl From<CommitError> for ProposeError {
 pub type ProposalResult = Result<Vec<OpResult>, ProposeError>;
 
 /// Proposed ops on their way: resolves to their results, in order.
-pub struct Pending {
-    receiver: oneshot::Receiver<Committed>,
+pub enum Pending {
+    Local(oneshot::Receiver<Committed>),
+    Cluster(oneshot::Receiver<flockd_raft::Outcome>),
 }
 
 impl Future for Pending {
     type Output = ProposalResult;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ProposalResult> {
-        Pin::new(&mut self.receiver)
-            .poll(cx)
-            .map(|received| match received {
-                Ok(committed) => committed.map_err(ProposeError::from),
-                Err(_) => Err(ProposeError::ShuttingDown),
-            })
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ProposalResult> {
+        match self.get_mut() {
+            Pending::Local(receiver) => {
+                Pin::new(receiver).poll(cx).map(|received| match received {
+                    Ok(committed) => committed.map_err(ProposeError::from),
+                    Err(_) => Err(ProposeError::ShuttingDown),
+                })
+            }
+            Pending::Cluster(receiver) => {
+                Pin::new(receiver).poll(cx).map(|received| match received {
+                    Ok(outcome) => outcome.map_err(ProposeError::from),
+                    Err(_) => Err(ProposeError::ShuttingDown),
+                })
+            }
+        }
     }
 }
 
@@ -67,19 +88,25 @@ pub trait Propose: Send + Sync + 'static {
     fn check_writable(&self) -> Result<(), ProposeError>;
     /// The proposer's time now, in log time.
     fn now(&self) -> flockd_core::Millis;
+    /// True while this node may run the lease clock (expire leases, forget idle names): always
+    /// for a single node, only on a cluster's leader once it re-armed the leases.
+    fn leadership(&self) -> watch::Receiver<bool>;
+    /// Whether reads must go through the log to be linearizable (a cluster node's may not be
+    /// up to date); a single node answers them from its applied state.
+    fn reads_through_log(&self) -> bool;
 }
 
 /// The single-node log: the append-only file.
 pub struct LocalLog {
     pub aof: Arc<Aof>,
-    pub clock: Clock,
+    pub clock: Arc<Clock>,
+    /// Always true: a single node runs its own lease clock.
+    pub leading: watch::Sender<bool>,
 }
 
 impl Propose for LocalLog {
     fn propose(&self, ops: Vec<Op>) -> Pending {
-        Pending {
-            receiver: self.aof.propose(self.clock.now(), ops),
-        }
+        Pending::Local(self.aof.propose(self.clock.now(), ops))
     }
 
     fn push(&self) {
@@ -95,6 +122,46 @@ impl Propose for LocalLog {
 
     fn now(&self) -> flockd_core::Millis {
         self.clock.now()
+    }
+
+    fn leadership(&self) -> watch::Receiver<bool> {
+        self.leading.subscribe()
+    }
+
+    fn reads_through_log(&self) -> bool {
+        false
+    }
+}
+
+/// A cluster node's log: Raft. A proposal made here reaches the leader (forwarded if need
+/// be), and its results come from this node's own apply of the committed entry.
+pub struct ClusterLog {
+    pub cluster: Arc<flockd_raft::Cluster>,
+}
+
+impl Propose for ClusterLog {
+    fn propose(&self, ops: Vec<Op>) -> Pending {
+        Pending::Cluster(self.cluster.propose(ops))
+    }
+
+    fn push(&self) {}
+
+    fn check_writable(&self) -> Result<(), ProposeError> {
+        // A node without a leader keeps a command for `cluster-wait-leader-ms` before it
+        // answers -CLUSTERDOWN, so nothing is refused up front.
+        Ok(())
+    }
+
+    fn now(&self) -> flockd_core::Millis {
+        self.cluster.now()
+    }
+
+    fn leadership(&self) -> watch::Receiver<bool> {
+        self.cluster.leadership()
+    }
+
+    fn reads_through_log(&self) -> bool {
+        true
     }
 }
 

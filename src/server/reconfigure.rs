@@ -84,8 +84,10 @@ pub fn change(shared: &Shared, changes: &[(String, String)]) -> Result<(), Recon
         acceptor.reload(&settings).map_err(ReconfigureError::Tls)?;
         tracing::info!("CONFIG SET: TLS certificates reloaded for new connections");
     }
-    if next.appendfsync != old.appendfsync {
-        shared.aof.set_fsync_policy(next.appendfsync);
+    if next.appendfsync != old.appendfsync
+        && let Some(aof) = &shared.aof
+    {
+        aof.set_fsync_policy(next.appendfsync);
     }
     if (
         next.auto_aof_rewrite_min_size,
@@ -93,8 +95,9 @@ pub fn change(shared: &Shared, changes: &[(String, String)]) -> Result<(), Recon
     ) != (
         old.auto_aof_rewrite_min_size,
         old.auto_aof_rewrite_percentage,
-    ) {
-        shared.aof.set_auto_rewrite(
+    ) && let Some(aof) = &shared.aof
+    {
+        aof.set_auto_rewrite(
             next.auto_aof_rewrite_min_size,
             next.auto_aof_rewrite_percentage,
         );

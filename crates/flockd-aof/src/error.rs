@@ -30,6 +30,9 @@ pub enum AofError {
     /// A file of an older format could not be rewritten in the current one at start.
     #[error("cannot upgrade {path} to the current AOF format: {reason}")]
     Upgrade { path: PathBuf, reason: String },
+    /// A snapshot file could not be written.
+    #[error("cannot write the snapshot {path}: {reason}")]
+    Snapshot { path: PathBuf, reason: String },
     /// BGREWRITEAOF while a rewrite runs.
     #[error("Background append only file rewriting already in progress")]
     RewriteInProgress,

@@ -32,7 +32,7 @@ pub use error::{AofError, CommitError, ParseFsyncPolicyError};
 pub use histogram::FixedHistogram;
 pub use record::Version;
 pub use replay::{CheckReport, ReplayReport, check, fix, load};
-pub use writer::{Aof, AofStats, Applier, Committed, Entry};
+pub use writer::{Aof, AofStats, Applier, Committed, Entry, save_snapshot};
 
 /// When the writer calls fsync, as Redis's `appendfsync`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -1177,7 +1177,25 @@ fn write_snapshot(
     tmp: &Path,
     cancel: &AtomicBool,
 ) -> Result<SnapshotFile, String> {
-    let snapshot = applier.snapshot();
+    write_snapshot_of(&applier.snapshot(), tmp, cancel)
+}
+
+/// Writes `snapshot` as a file of the current format to `path`, synced, and returns its length:
+/// what a rewrite writes, for others that keep snapshots (the replicated log's).
+pub fn save_snapshot(snapshot: &Snapshot, path: &Path) -> Result<u64, AofError> {
+    write_snapshot_of(snapshot, path, &AtomicBool::new(false))
+        .map(|written| written.len)
+        .map_err(|reason| AofError::Snapshot {
+            path: path.to_owned(),
+            reason,
+        })
+}
+
+fn write_snapshot_of(
+    snapshot: &Snapshot,
+    tmp: &Path,
+    cancel: &AtomicBool,
+) -> Result<SnapshotFile, String> {
     let file = OpenOptions::new()
         .write(true)
         .create(true)

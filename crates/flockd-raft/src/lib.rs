@@ -1,0 +1,30 @@
+//! flockd-raft: the lock table replicated with Raft, on `openraft`. Every openraft type stays
+//! inside this crate, so a version change touches one place.
+//!
+//! * [`types`]: what the log carries (a [`Proposal`]: ops, who proposed them, the leader's
+//!   time) and openraft's type configuration.
+//! * [`log_store`]: the log and vote on disk, on `raft-log` (synced before acknowledged, group
+//!   commit in its flush worker).
+//! * [`state_machine`]: committed entries applied through the server's [`Host`] once each
+//!   ([`dedup`]); snapshots in the AOF rewrite format.
+//! * [`network`] and [`peer_server`]: the cluster port, both sides.
+//! * [`node`]: a running node: proposing (forwarding to the leader, retrying after a leader
+//!   change), taking office, membership, and the view ROLE and INFO show.
+
+pub mod dedup;
+pub mod error;
+pub mod log_store;
+pub mod network;
+pub mod node;
+pub mod peer_server;
+pub mod peers;
+pub mod pending;
+pub mod state_machine;
+pub mod types;
+
+pub use error::{ClusterError, StartError};
+pub use node::{Cluster, ClusterSettings, ClusterView, Member, Role};
+pub use peers::{Peer, parse_addr, parse_peers};
+pub use pending::Outcome;
+pub use state_machine::Host;
+pub use types::{NodeId, Proposal};

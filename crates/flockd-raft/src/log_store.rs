@@ -1,0 +1,341 @@
+//! The Raft log and vote on disk, on `raft-log`: openraft's entries become raft-log records,
+//! a vote or an append is acknowledged to openraft only once its flush has synced. raft-log's
+//! flush worker takes every flush queued while it syncs and syncs once for all of them: group
+//! commit, off the async workers.
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc::{SyncSender, sync_channel};
+
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::{BasicNode, OptionalSend};
+use parking_lot::Mutex;
+use raft_log::api::raft_log_writer::RaftLogWriter;
+use raft_log::codeq::{Decode, Encode};
+use raft_log::{RaftLog, Types};
+
+use crate::types::{Entry, EntryPayload, FlockRaft, LeaderId, LogId, Vote};
+
+/// raft-log's view of our types.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WalTypes;
+
+impl Types for WalTypes {
+    type LogId = WalLogId;
+    type LogPayload = WalPayload;
+    type Vote = WalVote;
+    type Callback = WalCallback;
+    type UserData = Vec<u8>;
+
+    fn log_index(log_id: &WalLogId) -> u64 {
+        log_id.index
+    }
+
+    fn payload_size(payload: &WalPayload) -> u64 {
+        payload.0.len() as u64
+    }
+}
+
+/// A log id as raft-log orders it: by leader (term, then node), then index, as openraft does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WalLogId {
+    term: u64,
+    node: u64,
+    index: u64,
+}
+
+impl From<&LogId> for WalLogId {
+    fn from(id: &LogId) -> Self {
+        WalLogId {
+            term: id.leader_id.term,
+            node: id.leader_id.node_id,
+            index: id.index,
+        }
+    }
+}
+
+impl From<&WalLogId> for LogId {
+    fn from(id: &WalLogId) -> Self {
+        LogId {
+            leader_id: LeaderId {
+                term: id.term,
+                node_id: id.node,
+            },
+            index: id.index,
+        }
+    }
+}
+
+impl Encode for WalLogId {
+    fn encode<W: io::Write>(&self, mut w: W) -> io::Result<usize> {
+        Ok(self.term.encode(&mut w)? + self.node.encode(&mut w)? + self.index.encode(&mut w)?)
+    }
+}
+
+impl Decode for WalLogId {
+    fn decode<R: io::Read>(mut r: R) -> io::Result<Self> {
+        Ok(WalLogId {
+            term: u64::decode(&mut r)?,
+            node: u64::decode(&mut r)?,
+            index: u64::decode(&mut r)?,
+        })
+    }
+}
+
+/// An entry's payload, already in its postcard bytes (encoded once, on append).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalPayload(Vec<u8>);
+
+impl Encode for WalPayload {
+    fn encode<W: io::Write>(&self, w: W) -> io::Result<usize> {
+        self.0.encode(w)
+    }
+}
+
+impl Decode for WalPayload {
+    fn decode<R: io::Read>(r: R) -> io::Result<Self> {
+        Ok(WalPayload(Vec::<u8>::decode(r)?))
+    }
+}
+
+/// openraft's vote, compared as openraft compares votes (raft-log refuses one that goes back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalVote(Vote);
+
+impl PartialOrd for WalVote {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        self.0.partial_cmp(&other.0)
+    }
+}
+
+impl Encode for WalVote {
+    fn encode<W: io::Write>(&self, mut w: W) -> io::Result<usize> {
+        let id = &self.0.leader_id;
+        Ok(id.term.encode(&mut w)?
+            + id.node_id.encode(&mut w)?
+            + u8::from(self.0.committed).encode(&mut w)?)
+    }
+}
+
+impl Decode for WalVote {
+    fn decode<R: io::Read>(mut r: R) -> io::Result<Self> {
+        let term = u64::decode(&mut r)?;
+        let node_id = u64::decode(&mut r)?;
+        let committed = u8::decode(&mut r)? != 0;
+        Ok(WalVote(Vote {
+            leader_id: LeaderId { term, node_id },
+            committed,
+        }))
+    }
+}
+
+/// Who waits for a flush: openraft (an append) or a caller blocked on it (a vote).
+pub enum WalCallback {
+    Raft(IOFlushed<FlockRaft>),
+    Blocking(SyncSender<io::Result<()>>),
+}
+
+impl raft_log::Callback for WalCallback {
+    fn send(self, res: io::Result<()>) {
+        match self {
+            WalCallback::Raft(flushed) => flushed.io_completed(res),
+            WalCallback::Blocking(tx) => raft_log::Callback::send(tx, res),
+        }
+    }
+}
+
+fn encode_payload(payload: &EntryPayload) -> io::Result<WalPayload> {
+    postcard::to_allocvec(payload)
+        .map(WalPayload)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+fn decode_entry(log_id: &WalLogId, payload: &WalPayload) -> io::Result<Entry> {
+    let payload: EntryPayload = postcard::from_bytes(&payload.0).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("log entry {}: {e}", log_id.index),
+        )
+    })?;
+    Ok(Entry {
+        log_id: log_id.into(),
+        payload,
+    })
+}
+
+/// The log store: one raft-log, shared by the writer (openraft's log task) and its readers
+/// (replication, apply).
+#[derive(Clone)]
+pub struct LogStore {
+    log: Arc<Mutex<RaftLog<WalTypes>>>,
+}
+
+impl LogStore {
+    /// Opens (or creates) the log in `dir`.
+    pub fn open(dir: &Path) -> io::Result<LogStore> {
+        std::fs::create_dir_all(dir)?;
+        let config = raft_log::Config::new(dir.display());
+        let log = RaftLog::open(Arc::new(config))?;
+        Ok(LogStore {
+            log: Arc::new(Mutex::new(log)),
+        })
+    }
+
+    /// Whether nothing was ever written (no vote, no entry): a node that may form a new cluster.
+    pub fn is_pristine(&self) -> bool {
+        let log = self.log.lock();
+        let state = log.log_state();
+        state.vote().is_none() && state.last().is_none() && state.purged().is_none()
+    }
+
+    /// Marks everything up to `log_id` as compacted away (a seeded node's log starts after its
+    /// first snapshot), synced.
+    pub fn start_after(&self, log_id: &LogId) -> io::Result<()> {
+        let mut log = self.log.lock();
+        log.purge(WalLogId::from(log_id))?;
+        LogStore::flush_and_wait(&mut log)
+    }
+
+    /// Queues a flush that syncs, and blocks until it did (used for the vote: a vote must be on
+    /// disk before the node acts on it).
+    fn flush_and_wait(log: &mut RaftLog<WalTypes>) -> io::Result<()> {
+        let (tx, rx) = sync_channel(1);
+        log.flush(true, Some(WalCallback::Blocking(tx)))?;
+        rx.recv()
+            .map_err(|_| io::Error::other("the log's flush worker is gone"))?
+    }
+}
+
+fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
+    let from = match range.start_bound() {
+        Bound::Included(i) => *i,
+        Bound::Excluded(i) => i + 1,
+        Bound::Unbounded => 0,
+    };
+    let to = match range.end_bound() {
+        Bound::Included(i) => i + 1,
+        Bound::Excluded(i) => *i,
+        Bound::Unbounded => u64::MAX,
+    };
+    (from, to)
+}
+
+impl RaftLogReader<FlockRaft> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        let (from, to) = bounds(&range);
+        let log = self.log.clone();
+        tokio::task::spawn_blocking(move || {
+            let log = log.lock();
+            log.read(from, to)
+                .map(|read| read.and_then(|(id, payload)| decode_entry(&id, &payload)))
+                .collect()
+        })
+        .await
+        .map_err(io::Error::other)?
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        Ok(self.log.lock().log_state().vote().map(|v| v.0))
+    }
+}
+
+impl RaftLogStorage<FlockRaft> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<FlockRaft>, io::Error> {
+        let log = self.log.lock();
+        let state = log.log_state();
+        let purged = state.purged().map(LogId::from);
+        let last = state.last().map(LogId::from).or(purged);
+        Ok(LogState {
+            last_purged_log_id: purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> LogStore {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        let log = self.log.clone();
+        let vote = WalVote(*vote);
+        tokio::task::spawn_blocking(move || {
+            let mut log = log.lock();
+            log.save_vote(vote)?;
+            LogStore::flush_and_wait(&mut log)
+        })
+        .await
+        .map_err(io::Error::other)?
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        // Not synced on its own: the commit index is a hint that lets a restart apply sooner.
+        if let Some(committed) = committed {
+            let mut log = self.log.lock();
+            log.commit(WalLogId::from(&committed))?;
+            log.flush(false, None)?;
+        }
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        Ok(self.log.lock().log_state().committed().map(LogId::from))
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<FlockRaft>,
+    ) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let records = entries
+            .into_iter()
+            .map(|entry| {
+                Ok((
+                    WalLogId::from(&entry.log_id),
+                    encode_payload(&entry.payload)?,
+                ))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        let mut log = self.log.lock();
+        log.append(records)?;
+        // Returns at once; the flush worker syncs and then tells openraft.
+        log.flush(true, Some(WalCallback::Raft(callback)))
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        let mut log = self.log.lock();
+        let keep_to = last_log_id.map_or(0, |id| id.index + 1);
+        // Nothing after it: raft-log would look for an entry that is not there.
+        let next = log.log_state().last().map_or(0, |id| id.index + 1);
+        if keep_to >= next {
+            return Ok(());
+        }
+        log.truncate(keep_to)?;
+        log.flush(false, None)
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        let mut log = self.log.lock();
+        log.purge(WalLogId::from(&log_id))?;
+        // A sync flush also removes the chunks the purge emptied.
+        log.flush(true, None)
+    }
+}
+
+/// A node's address as openraft keeps it in the membership.
+pub fn node(addr: &str) -> BasicNode {
+    BasicNode {
+        addr: addr.to_owned(),
+    }
+}

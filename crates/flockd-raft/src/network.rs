@@ -1,0 +1,447 @@
+//! The peer protocol on the cluster port: frames of `[u32 length][u64 request id][postcard
+//! body]`, requests and their responses matched by id, so one TCP connection per peer carries
+//! heartbeats, appends, votes, snapshot chunks and forwarded client writes at once. A client
+//! connection reconnects on its next call after any failure; frames are bounded in size, and
+//! the number of requests a peer may have in flight on one connection is bounded too.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory, v2::RaftNetworkV2};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, OptionalSend};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::oneshot;
+use tracing::debug;
+
+use crate::dedup::Dedup;
+use crate::state_machine::SnapshotFile;
+use crate::types::{FlockRaft, NodeId, Proposal, SnapshotMeta, Vote};
+
+/// The largest frame either side reads (a snapshot chunk or an append batch is far below).
+pub const MAX_FRAME: usize = 64 << 20;
+/// Bytes of a snapshot sent per chunk.
+pub const SNAPSHOT_CHUNK: usize = 1 << 20;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Request {
+    Append(AppendEntriesRequest<FlockRaft>),
+    Vote(VoteRequest<FlockRaft>),
+    PreVote(VoteRequest<FlockRaft>),
+    SnapshotBegin {
+        transfer: u64,
+    },
+    SnapshotChunk {
+        transfer: u64,
+        offset: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    SnapshotEnd {
+        transfer: u64,
+        len: u64,
+        vote: Vote,
+        meta: SnapshotMeta,
+        dedup: Dedup,
+    },
+    TransferLeader(TransferLeaderRequest<FlockRaft>),
+    /// A client write from a node that is not the leader: propose it here.
+    Forward(Proposal),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Response {
+    Append(AppendEntriesResponse<FlockRaft>),
+    Vote(VoteResponse<FlockRaft>),
+    SnapshotChunk,
+    Snapshot(SnapshotResponse<FlockRaft>),
+    TransferLeader(TransferLeaderResponse<FlockRaft>),
+    Forwarded(Forwarded),
+    Failed(String),
+}
+
+/// What became of a forwarded (or local) client write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Forwarded {
+    /// Committed and applied on the leader.
+    Committed,
+    /// This node is not the leader; it may know who is.
+    NotLeader {
+        leader: Option<NodeId>,
+    },
+    Failed(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("cannot connect to {addr}: {source}")]
+    Connect { addr: String, source: io::Error },
+    #[error("connection to {0} lost")]
+    Lost(String),
+    #[error("{addr} did not answer within {after:?}")]
+    Timeout { addr: String, after: Duration },
+    #[error("message encoding: {0}")]
+    Encode(String),
+    #[error("the peer failed: {0}")]
+    Remote(String),
+}
+
+/// Reads one frame: `(request id, body)`. `None` at a clean end of stream.
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<Option<(u64, Vec<u8>)>> {
+    let len = match r.read_u32().await {
+        Ok(len) => len as usize,
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if !(8..=MAX_FRAME).contains(&len) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a peer frame of {len} bytes (at most {MAX_FRAME})"),
+        ));
+    }
+    let id = r.read_u64().await?;
+    let mut body = vec![0u8; len - 8];
+    r.read_exact(&mut body).await?;
+    Ok(Some((id, body)))
+}
+
+pub fn frame<T: Serialize>(id: u64, message: &T) -> Result<Vec<u8>, NetError> {
+    let body = postcard::to_allocvec(message).map_err(|e| NetError::Encode(e.to_string()))?;
+    if body.len() + 8 > MAX_FRAME {
+        return Err(NetError::Encode(format!(
+            "a message of {} bytes is over the frame limit",
+            body.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(12 + body.len());
+    out.extend_from_slice(&((body.len() + 8) as u32).to_be_bytes());
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+pub async fn write_all<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> io::Result<()> {
+    w.write_all(bytes).await?;
+    w.flush().await
+}
+
+/// One live connection to a peer.
+struct Connection {
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Response>>>,
+    next_id: AtomicU64,
+    dead: AtomicBool,
+}
+
+/// The client side of one peer: calls share one connection, made again after a failure.
+pub struct PeerClient {
+    /// `host:cport`.
+    addr: String,
+    connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
+}
+
+impl PeerClient {
+    pub fn new(addr: String) -> PeerClient {
+        PeerClient {
+            addr,
+            connection: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    async fn connected(&self, timeout: Duration) -> Result<Arc<Connection>, NetError> {
+        let mut slot = self.connection.lock().await;
+        if let Some(connection) = slot.as_ref()
+            && !connection.dead.load(Ordering::Acquire)
+        {
+            return Ok(connection.clone());
+        }
+        let connect = TcpStream::connect(&self.addr);
+        let stream = match tokio::time::timeout(timeout.min(Duration::from_secs(1)), connect).await
+        {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(source)) => {
+                return Err(NetError::Connect {
+                    addr: self.addr.clone(),
+                    source,
+                });
+            }
+            Err(_) => {
+                return Err(NetError::Connect {
+                    addr: self.addr.clone(),
+                    source: io::Error::new(io::ErrorKind::TimedOut, "connect timed out"),
+                });
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (mut reader, writer) = stream.into_split();
+        let connection = Arc::new(Connection {
+            writer: tokio::sync::Mutex::new(writer),
+            waiting: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            dead: AtomicBool::new(false),
+        });
+        let reading = connection.clone();
+        let addr = self.addr.clone();
+        tokio::spawn(async move {
+            loop {
+                match read_frame(&mut reader).await {
+                    Ok(Some((id, body))) => {
+                        let Ok(response) = postcard::from_bytes::<Response>(&body) else {
+                            debug!(%addr, "undecodable response from a peer");
+                            break;
+                        };
+                        if let Some(tx) = reading.waiting.lock().remove(&id) {
+                            let _ = tx.send(response);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        debug!(%addr, "peer connection: {e}");
+                        break;
+                    }
+                }
+            }
+            reading.dead.store(true, Ordering::Release);
+            // Every caller still waiting sees its sender dropped: the connection is lost.
+            reading.waiting.lock().clear();
+        });
+        *slot = Some(connection.clone());
+        Ok(connection)
+    }
+
+    /// Sends `request` and waits up to `timeout` for its response.
+    pub async fn call(&self, request: &Request, timeout: Duration) -> Result<Response, NetError> {
+        let connection = self.connected(timeout).await?;
+        let id = connection.next_id.fetch_add(1, Ordering::Relaxed);
+        let bytes = frame(id, request)?;
+        let (tx, rx) = oneshot::channel();
+        connection.waiting.lock().insert(id, tx);
+        let lost = || NetError::Lost(self.addr.clone());
+        let sent = {
+            let mut writer = connection.writer.lock().await;
+            tokio::time::timeout(timeout, write_all(&mut *writer, &bytes)).await
+        };
+        if !matches!(sent, Ok(Ok(()))) {
+            connection.dead.store(true, Ordering::Release);
+            connection.waiting.lock().remove(&id);
+            return Err(lost());
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(Response::Failed(why))) => Err(NetError::Remote(why)),
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(_)) => Err(lost()),
+            Err(_) => {
+                connection.waiting.lock().remove(&id);
+                // A peer that does not answer may be gone: the next call connects afresh.
+                connection.dead.store(true, Ordering::Release);
+                Err(NetError::Timeout {
+                    addr: self.addr.clone(),
+                    after: timeout,
+                })
+            }
+        }
+    }
+}
+
+/// The client of every peer, by node id.
+#[derive(Default)]
+pub struct Peers {
+    clients: Mutex<HashMap<NodeId, Arc<PeerClient>>>,
+}
+
+impl Peers {
+    /// The client of `node` at `addr` (`host:port@cport`), made anew if the address changed.
+    pub fn client(&self, node: NodeId, addr: &str) -> Arc<PeerClient> {
+        let cluster_addr = crate::peers::cluster_addr_of(addr);
+        let mut clients = self.clients.lock();
+        match clients.get(&node) {
+            Some(client) if client.addr() == cluster_addr => client.clone(),
+            _ => {
+                let client = Arc::new(PeerClient::new(cluster_addr));
+                clients.insert(node, client.clone());
+                client
+            }
+        }
+    }
+}
+
+/// openraft's network: a [`PeerNetwork`] per target, over the shared [`Peers`].
+pub struct NetworkFactory {
+    pub peers: Arc<Peers>,
+    pub transfers: Arc<AtomicU64>,
+}
+
+impl RaftNetworkFactory<FlockRaft> for NetworkFactory {
+    type Network = PeerNetwork;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerNetwork {
+        PeerNetwork {
+            client: self.peers.client(target, &node.addr),
+            transfers: self.transfers.clone(),
+        }
+    }
+}
+
+pub struct PeerNetwork {
+    client: Arc<PeerClient>,
+    transfers: Arc<AtomicU64>,
+}
+
+fn unreachable<E: std::error::Error + 'static>(e: E) -> RPCError<FlockRaft> {
+    RPCError::Unreachable(Unreachable::new(&e))
+}
+
+fn unexpected(response: Response) -> NetError {
+    NetError::Remote(format!("unexpected response {response:?}"))
+}
+
+impl RaftNetworkV2<FlockRaft> for PeerNetwork {
+    type SnapshotData = SnapshotFile;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<FlockRaft>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<FlockRaft>, RPCError<FlockRaft>> {
+        match self
+            .client
+            .call(&Request::Append(rpc), option.hard_ttl())
+            .await
+        {
+            Ok(Response::Append(response)) => Ok(response),
+            Ok(other) => Err(unreachable(unexpected(other))),
+            Err(e) => Err(unreachable(e)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<FlockRaft>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<FlockRaft>, RPCError<FlockRaft>> {
+        match self
+            .client
+            .call(&Request::Vote(rpc), option.hard_ttl())
+            .await
+        {
+            Ok(Response::Vote(response)) => Ok(response),
+            Ok(other) => Err(unreachable(unexpected(other))),
+            Err(e) => Err(unreachable(e)),
+        }
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<FlockRaft>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<FlockRaft>, RPCError<FlockRaft>> {
+        match self
+            .client
+            .call(&Request::PreVote(rpc), option.hard_ttl())
+            .await
+        {
+            Ok(Response::Vote(response)) => Ok(response),
+            Ok(other) => Err(unreachable(unexpected(other))),
+            Err(e) => Err(unreachable(e)),
+        }
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<FlockRaft>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<FlockRaft>, RPCError<FlockRaft>> {
+        match self
+            .client
+            .call(&Request::TransferLeader(req), option.hard_ttl())
+            .await
+        {
+            Ok(Response::TransferLeader(response)) => Ok(response),
+            Ok(other) => Err(unreachable(unexpected(other))),
+            Err(e) => Err(unreachable(e)),
+        }
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: openraft::alias::SnapshotOf<FlockRaft, SnapshotFile>,
+        cancel: impl std::future::Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<FlockRaft>, StreamingError<FlockRaft>> {
+        let stream_err = |e: NetError| StreamingError::Unreachable(Unreachable::new(&e));
+        let transfer = self.transfers.fetch_add(1, Ordering::Relaxed);
+        let mut file = tokio::fs::File::open(&snapshot.snapshot.path)
+            .await
+            .map_err(|e| StreamingError::Unreachable(Unreachable::new(&e)))?;
+        let chunk_timeout = option.hard_ttl().max(Duration::from_secs(5));
+        let mut cancel = std::pin::pin!(cancel);
+        let begin = Request::SnapshotBegin { transfer };
+        match self.client.call(&begin, chunk_timeout).await {
+            Ok(Response::SnapshotChunk) => {}
+            Ok(other) => return Err(stream_err(unexpected(other))),
+            Err(e) => return Err(stream_err(e)),
+        }
+        let mut offset = 0u64;
+        loop {
+            let mut data = vec![0u8; SNAPSHOT_CHUNK];
+            let mut filled = 0;
+            while filled < data.len() {
+                let n = file
+                    .read(&mut data[filled..])
+                    .await
+                    .map_err(|e| StreamingError::Unreachable(Unreachable::new(&e)))?;
+                if n == 0 {
+                    break;
+                }
+                filled += n;
+            }
+            if filled == 0 {
+                break;
+            }
+            data.truncate(filled);
+            let chunk = Request::SnapshotChunk {
+                transfer,
+                offset,
+                data,
+            };
+            tokio::select! {
+                closed = &mut cancel => return Err(StreamingError::Closed(closed)),
+                sent = self.client.call(&chunk, chunk_timeout) => match sent {
+                    Ok(Response::SnapshotChunk) => {}
+                    Ok(other) => return Err(stream_err(unexpected(other))),
+                    Err(e) => return Err(stream_err(e)),
+                },
+            }
+            offset += filled as u64;
+        }
+        let end = Request::SnapshotEnd {
+            transfer,
+            len: offset,
+            vote,
+            meta: snapshot.meta,
+            dedup: snapshot.snapshot.dedup,
+        };
+        // Loading a large snapshot takes a while on the other side.
+        match self.client.call(&end, chunk_timeout * 12).await {
+            Ok(Response::Snapshot(response)) => Ok(response),
+            Ok(other) => Err(stream_err(unexpected(other))),
+            Err(e) => Err(stream_err(e)),
+        }
+    }
+}

@@ -1,0 +1,645 @@
+//! One node of a flockd cluster: the openraft instance with its log, state machine and peers;
+//! the way a proposal reaches the leader (here, or forwarded over the cluster connection) and
+//! is retried after a leader change; the leader's duties when it takes office; and what the
+//! server shows of it (ROLE, INFO replication, FLOCK.CLUSTER).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use flockd_core::time::Clock;
+use flockd_core::{Millis, Op};
+use openraft::async_runtime::WatchReceiver;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{ChangeMembers, Config, ServerState, SnapshotPolicy};
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tracing::{info, warn};
+
+use crate::error::{ClusterError, StartError};
+use crate::log_store::{LogStore, node as basic_node};
+use crate::network::{Forwarded, NetworkFactory, Peers, Request, Response};
+use crate::peer_server::{BoxFuture, PeerHandler, serve_connection};
+use crate::peers::{Peer, parse_addr};
+use crate::pending::{Outcome, PendingTable};
+use crate::state_machine::{Host, MachineStore, Me};
+use crate::types::{NodeId, Origin, Proposal, Raft};
+
+/// How a node runs, from flockd's configuration.
+#[derive(Clone, Debug)]
+pub struct ClusterSettings {
+    pub node_id: NodeId,
+    /// `cluster-peers`: the members a new cluster forms with, or members to join.
+    pub peers: Vec<Peer>,
+    /// Where the log and snapshots live (a directory of its own).
+    pub dir: PathBuf,
+    /// The address the cluster port listens on, and its port.
+    pub bind: IpAddr,
+    pub cport: u16,
+    pub heartbeat_ms: u64,
+    /// Elections wait a random time between this and twice this.
+    pub election_timeout_ms: u64,
+    /// How long a proposal may wait for a leader to commit it.
+    pub wait_leader_ms: u64,
+    /// Entries applied between two snapshots (then the log before the snapshot is purged).
+    pub snapshot_every: u64,
+}
+
+impl ClusterSettings {
+    pub fn me(&self) -> Option<&Peer> {
+        self.peers.iter().find(|p| p.id == self.node_id)
+    }
+}
+
+/// A node's role as Redis clients see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Follower,
+    Candidate,
+    Learner,
+    Shutdown,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Candidate => "candidate",
+            Role::Learner => "learner",
+            Role::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// One member as this node knows it.
+#[derive(Clone, Debug)]
+pub struct Member {
+    pub id: NodeId,
+    pub peer: Peer,
+    pub voter: bool,
+    /// The highest log index known to be on it (its own applied index for this node; what it
+    /// acknowledged, on the leader; unknown elsewhere).
+    pub index: Option<u64>,
+}
+
+/// What ROLE, INFO replication and FLOCK.CLUSTER show.
+#[derive(Clone, Debug)]
+pub struct ClusterView {
+    pub node_id: NodeId,
+    pub role: Role,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub members: Vec<Member>,
+    /// Whether this node has heard from a leader lately (a follower's "connected").
+    pub leader_reachable: bool,
+}
+
+impl ClusterView {
+    pub fn member(&self, id: NodeId) -> Option<&Member> {
+        self.members.iter().find(|m| m.id == id)
+    }
+}
+
+struct Node {
+    me: Me,
+    settings: ClusterSettings,
+    raft: Raft,
+    peers: Arc<Peers>,
+    pending: Arc<PendingTable>,
+    clock: Arc<Clock>,
+    host: Arc<dyn Host>,
+    /// True once this node leads and has re-armed the leases: the expiry task may run.
+    leading: watch::Sender<bool>,
+}
+
+/// A running cluster node.
+pub struct Cluster {
+    node: Arc<Node>,
+    _leader_watch: openraft::WatchChangeHandle<crate::types::FlockRaft>,
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StartError + '_ {
+    move |source| StartError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// This run's number: one more than the last run's, kept in `dir` (synced before use, so two
+/// runs of a node never share one).
+fn next_incarnation(dir: &Path) -> Result<u64, StartError> {
+    let path = dir.join("incarnation");
+    let last = match std::fs::read_to_string(&path) {
+        Ok(s) => s.trim().parse::<u64>().unwrap_or(0),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(io_at(&path)(e)),
+    };
+    let next = last + 1;
+    let tmp = dir.join("incarnation.tmp");
+    let write = || -> io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(format!("{next}\n").as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    write().map_err(io_at(&path))?;
+    Ok(next)
+}
+
+impl Cluster {
+    /// Opens the node's log and snapshot in `settings.dir`, listens on its cluster port and
+    /// starts Raft. A node whose dir holds no Raft state and which is named in the peers forms
+    /// the cluster with them; one not named waits to be added (FLOCK.CLUSTER ADD).
+    ///
+    /// `seed`: a single node's state (its AOF, loaded) to start a new one-node cluster from;
+    /// used only on the first start, with `cluster-peers` naming this node alone.
+    pub async fn start(
+        settings: ClusterSettings,
+        host: Arc<dyn Host>,
+        clock: Arc<Clock>,
+        seed: Option<flockd_core::StateMachine>,
+    ) -> Result<Cluster, StartError> {
+        let dir = settings.dir.clone();
+        std::fs::create_dir_all(&dir).map_err(io_at(&dir))?;
+        let incarnation = next_incarnation(&dir)?;
+        let me = Me {
+            node: settings.node_id,
+            incarnation,
+        };
+        let log_dir = dir.join("log");
+        let log =
+            tokio::task::block_in_place(|| LogStore::open(&log_dir)).map_err(io_at(&log_dir))?;
+        let pristine = log.is_pristine();
+        let pending = Arc::new(PendingTable::default());
+        let snapshot_dir = dir.join("snapshot");
+        let store = tokio::task::block_in_place(|| {
+            MachineStore::open(&snapshot_dir, host.clone(), pending.clone(), me)
+        })
+        .map_err(io_at(&snapshot_dir))?;
+        let mut pristine = pristine && !store.has_snapshot();
+        if let Some(machine) = seed
+            && pristine
+        {
+            let only_me = settings.peers.len() == 1 && settings.me().is_some();
+            if !only_me {
+                return Err(StartError::Seed(
+                    "a node seeded from an AOF forms a one-node cluster: start it with \
+                     cluster-peers naming only itself, then FLOCK.CLUSTER ADD the others"
+                        .to_owned(),
+                ));
+            }
+            let me_peer = settings.me().cloned().expect("checked above");
+            // The log goes on after the file's last position, so no wait id of the new log
+            // repeats one the file's state remembers.
+            let log_id = crate::types::LogId {
+                leader_id: crate::types::LeaderId {
+                    term: 0,
+                    node_id: settings.node_id,
+                },
+                index: machine.position().max(1),
+            };
+            let membership = crate::types::Membership::new(
+                vec![BTreeSet::from([settings.node_id])],
+                BTreeMap::from([(settings.node_id, basic_node(&me_peer.addr()))]),
+            )
+            .map_err(|e| StartError::Seed(e.to_string()))?;
+            tokio::task::block_in_place(|| {
+                store.seed(machine, log_id, membership)?;
+                log.start_after(&log_id)
+            })
+            .map_err(io_at(&snapshot_dir))?;
+            info!(
+                index = log_id.index,
+                "seeded the new cluster from the single node's AOF"
+            );
+            pristine = false;
+        }
+        let config = Config {
+            cluster_name: "flockd".to_owned(),
+            heartbeat_interval: settings.heartbeat_ms,
+            election_timeout_min: settings.election_timeout_ms,
+            election_timeout_max: settings.election_timeout_ms * 2,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(settings.snapshot_every),
+            max_in_snapshot_log_to_keep: 1000,
+            enable_pre_vote: Some(true),
+            ..Default::default()
+        };
+        let config = Arc::new(
+            config
+                .validate()
+                .map_err(|e| StartError::Raft(e.to_string()))?,
+        );
+        let peers = Arc::new(Peers::default());
+        let network = NetworkFactory {
+            peers: peers.clone(),
+            transfers: Arc::new(AtomicU64::new(1)),
+        };
+        let raft = openraft::Raft::new(settings.node_id, config, network, log, store.clone())
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?;
+
+        let addr = SocketAddr::new(settings.bind, settings.cport);
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: addr.to_string(),
+                source,
+            })?;
+        let (leading, _) = watch::channel(false);
+        let node = Arc::new(Node {
+            me,
+            settings,
+            raft: raft.clone(),
+            peers,
+            pending,
+            clock,
+            host,
+            leading,
+        });
+        tokio::spawn(serve_peers(listener, node.clone(), store));
+        // The first start of the member with the smallest id in the peers forms the cluster
+        // with them; every other new node waits to hear from a leader (the founders' first
+        // replication, or FLOCK.CLUSTER ADD). Only one node proposing the first membership
+        // means no node ever holds a first entry that conflicts with the leader's.
+        let founder = node.settings.peers.iter().map(|p| p.id).min() == Some(node.me.node);
+        if pristine && founder {
+            let members: BTreeMap<NodeId, openraft::BasicNode> = node
+                .settings
+                .peers
+                .iter()
+                .map(|p| (p.id, basic_node(&p.addr())))
+                .collect();
+            match raft.initialize(members).await {
+                Ok(()) => info!(
+                    node = node.me.node,
+                    "formed a new cluster with {} member(s)",
+                    node.settings.peers.len()
+                ),
+                // Another member's vote got here first: this node joins that cluster.
+                Err(e) => info!("not initializing the cluster here: {e}"),
+            }
+        }
+        let start = node.clone();
+        let stop = node.clone();
+        let watch = raft.on_leader_change(
+            move |_| {
+                let node = start.clone();
+                async move {
+                    tokio::spawn(take_office(node));
+                }
+            },
+            move |_| {
+                let node = stop.clone();
+                async move {
+                    node.leading.send_replace(false);
+                    info!(node = node.me.node, "no longer the leader");
+                }
+            },
+        );
+        Ok(Cluster {
+            node,
+            _leader_watch: watch,
+        })
+    }
+
+    /// Proposes `ops` as one entry. The receiver gets their results once the entry is applied
+    /// here, or an error once no leader committed it within `cluster-wait-leader-ms`.
+    pub fn propose(&self, ops: Vec<Op>) -> oneshot::Receiver<Outcome> {
+        self.node.propose(ops)
+    }
+
+    /// The leader's clock (what this node stamps with, if it leads).
+    pub fn now(&self) -> Millis {
+        self.node.clock.now()
+    }
+
+    /// True while this node leads and has re-armed the leases.
+    pub fn leadership(&self) -> watch::Receiver<bool> {
+        self.node.leading.subscribe()
+    }
+
+    pub fn view(&self) -> ClusterView {
+        self.node.view()
+    }
+
+    pub fn settings(&self) -> &ClusterSettings {
+        &self.node.settings
+    }
+
+    /// FLOCK.CLUSTER ADD: the node joins as a learner, catches up, then becomes a voter.
+    pub async fn add(&self, id: NodeId, addr: &str) -> Result<(), String> {
+        let peer = parse_addr(id, addr).map_err(|e| e.to_string())?;
+        let raft = &self.node.raft;
+        raft.add_learner(id, basic_node(&peer.addr()), true)
+            .await
+            .map_err(write_error)?;
+        raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map_err(write_error)?;
+        Ok(())
+    }
+
+    /// FLOCK.CLUSTER REMOVE: the node leaves the voters and the cluster.
+    pub async fn remove(&self, id: NodeId) -> Result<(), String> {
+        let raft = &self.node.raft;
+        raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+            .await
+            .map_err(write_error)?;
+        Ok(())
+    }
+
+    /// FLOCK.CLUSTER LEADER: hands leadership to `id`.
+    pub async fn transfer_leader(&self, id: NodeId) -> Result<(), String> {
+        let view = self.view();
+        if view.role != Role::Leader {
+            return Err(match view.leader {
+                Some(l) => format!("this node is not the leader (node {l} is)"),
+                None => "no leader is known".to_owned(),
+            });
+        }
+        if view.member(id).is_none_or(|m| !m.voter) {
+            return Err(format!("node {id} is not a voting member"));
+        }
+        self.node
+            .raft
+            .trigger()
+            .transfer_leader(id)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    pub async fn shutdown(&self) {
+        self.node.leading.send_replace(false);
+        if let Err(e) = self.node.raft.shutdown().await {
+            warn!("raft shutdown: {e}");
+        }
+    }
+}
+
+fn write_error(
+    e: RaftError<crate::types::FlockRaft, ClientWriteError<crate::types::FlockRaft>>,
+) -> String {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => match f.leader_id {
+            Some(l) => format!("this node is not the leader (node {l} is)"),
+            None => "no leader is known".to_owned(),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// What a new leader does before its expiry task runs: see every entry of earlier terms
+/// applied, move its clock past their times, and re-arm every live lease for its full length
+/// plus the longest election timeout (a failover lengthens a lease, never shortens it).
+async fn take_office(node: Arc<Node>) {
+    info!(node = node.me.node, "took office as the leader");
+    if let Err(e) = node.raft.write_blank().await {
+        warn!("lost the leadership while taking office: {e}");
+        return;
+    }
+    node.clock.not_before(node.host.time());
+    let extra_ms = node.settings.election_timeout_ms * 2;
+    match node.propose(vec![Op::Rearm { extra_ms }]).await {
+        Ok(Ok(results)) => info!("re-armed every live lease as the new leader: {results:?}"),
+        Ok(Err(e)) => {
+            warn!("cannot re-arm the leases: {e}");
+            return;
+        }
+        Err(_) => return,
+    }
+    if node.raft.is_leader() {
+        node.leading.send_replace(true);
+    }
+}
+
+impl Node {
+    fn propose(self: &Arc<Self>, ops: Vec<Op>) -> oneshot::Receiver<Outcome> {
+        let (seq, outcome) = self.pending.register();
+        let deadline = Instant::now() + Duration::from_millis(self.settings.wait_leader_ms);
+        tokio::spawn(self.clone().submit(seq, ops, deadline));
+        outcome
+    }
+
+    /// Gets proposal `seq` committed: here if this node leads, else at the leader it knows,
+    /// again after every failure (the same seq: a copy that did take effect makes the others
+    /// no-ops) until it is answered or `deadline` passes.
+    async fn submit(self: Arc<Self>, seq: u64, ops: Vec<Op>, deadline: Instant) {
+        let mut metrics = self.raft.metrics();
+        let mut last_why = "no leader is known".to_owned();
+        loop {
+            if !self.pending.is_waiting(seq) {
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.pending.resolve(
+                    seq,
+                    Err(ClusterError::NoLeader {
+                        waited_ms: self.settings.wait_leader_ms,
+                        why: last_why,
+                    }),
+                );
+                return;
+            }
+            let proposal = Proposal {
+                origin: Origin {
+                    node: self.me.node,
+                    incarnation: self.me.incarnation,
+                    seq,
+                    floor: self.pending.floor(),
+                },
+                at: Millis(0),
+                ops: ops.clone(),
+            };
+            let leader = metrics.borrow_watched().current_leader;
+            let outcome = match leader {
+                Some(id) if id == self.me.node => self.write_here(proposal).await,
+                Some(id) => self.forward(id, proposal, deadline - now).await,
+                None => Forwarded::NotLeader { leader: None },
+            };
+            match outcome {
+                // Applied on the leader: this node's own apply answers the client.
+                Forwarded::Committed => return,
+                Forwarded::NotLeader { leader } => {
+                    last_why = match leader {
+                        Some(l) => format!("node {l} was said to lead"),
+                        None => "no leader is known".to_owned(),
+                    };
+                }
+                Forwarded::Failed(why) => last_why = why,
+            }
+            // Wait for news of a leader (or a little while), then try again.
+            let pause =
+                Duration::from_millis(50).min(deadline.saturating_duration_since(Instant::now()));
+            let _ = tokio::time::timeout(pause, metrics.changed()).await;
+        }
+    }
+
+    /// Proposes on this node as the leader: stamped with the leader's clock.
+    async fn write_here(&self, mut proposal: Proposal) -> Forwarded {
+        proposal.at = self.clock.now();
+        match self.raft.client_write(proposal).await {
+            Ok(_) => Forwarded::Committed,
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Forwarded::NotLeader {
+                    leader: f.leader_id,
+                }
+            }
+            Err(e) => Forwarded::Failed(e.to_string()),
+        }
+    }
+
+    async fn forward(&self, leader: NodeId, proposal: Proposal, left: Duration) -> Forwarded {
+        let Some(addr) = self.address_of(leader) else {
+            return Forwarded::NotLeader { leader: None };
+        };
+        let client = self.peers.client(leader, &addr);
+        match client.call(&Request::Forward(proposal), left).await {
+            Ok(Response::Forwarded(outcome)) => outcome,
+            Ok(other) => Forwarded::Failed(format!("unexpected answer {other:?}")),
+            Err(e) => Forwarded::Failed(e.to_string()),
+        }
+    }
+
+    fn address_of(&self, id: NodeId) -> Option<String> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        metrics
+            .membership_config
+            .nodes()
+            .find(|(nid, _)| **nid == id)
+            .map(|(_, n)| n.addr.clone())
+    }
+
+    fn view(&self) -> ClusterView {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
+        let role = match m.state {
+            ServerState::Leader => Role::Leader,
+            ServerState::Follower => Role::Follower,
+            ServerState::Candidate => Role::Candidate,
+            ServerState::Learner => Role::Learner,
+            ServerState::Shutdown => Role::Shutdown,
+        };
+        let applied_index = m.last_applied.map_or(0, |id| id.index);
+        let voters: BTreeSet<NodeId> = m.membership_config.voter_ids().collect();
+        let members = m
+            .membership_config
+            .nodes()
+            .map(|(id, n)| {
+                let index = if *id == self.me.node {
+                    Some(applied_index)
+                } else {
+                    m.replication
+                        .as_ref()
+                        .and_then(|r| r.get(id).cloned())
+                        .flatten()
+                        .map(|id| id.index)
+                };
+                Member {
+                    id: *id,
+                    peer: parse_addr(*id, &n.addr).unwrap_or(Peer {
+                        id: *id,
+                        host: n.addr.clone(),
+                        port: 0,
+                        cport: 0,
+                    }),
+                    voter: voters.contains(id),
+                    index,
+                }
+            })
+            .collect();
+        ClusterView {
+            node_id: self.me.node,
+            role,
+            leader: m.current_leader,
+            term: m.current_term,
+            commit_index: m.local_committed.map_or(0, |id| id.index),
+            applied_index,
+            members,
+            leader_reachable: m.current_leader.is_some(),
+        }
+    }
+}
+
+/// The cluster port: one task per peer connection.
+async fn serve_peers(listener: TcpListener, node: Arc<Node>, store: MachineStore) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                warn!("cluster port accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let handler: Arc<dyn PeerHandler> = node.clone();
+        let store = store.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve_connection(stream, handler, store).await {
+                tracing::debug!(%peer, "peer connection ended: {e}");
+            }
+        });
+    }
+}
+
+impl PeerHandler for Node {
+    fn handle(&self, request: Request) -> BoxFuture<'_, Response> {
+        Box::pin(async move {
+            let raft = &self.raft;
+            match request {
+                Request::Append(rpc) => match raft.append_entries(rpc).await {
+                    Ok(r) => Response::Append(r),
+                    Err(e) => Response::Failed(e.to_string()),
+                },
+                Request::Vote(rpc) => match raft.vote(rpc).await {
+                    Ok(r) => Response::Vote(r),
+                    Err(e) => Response::Failed(e.to_string()),
+                },
+                Request::PreVote(rpc) => match raft.pre_vote(rpc).await {
+                    Ok(r) => Response::Vote(r),
+                    Err(e) => Response::Failed(e.to_string()),
+                },
+                Request::TransferLeader(rpc) => match raft.handle_transfer_leader(rpc).await {
+                    Ok(r) => Response::TransferLeader(r),
+                    Err(e) => Response::Failed(e.to_string()),
+                },
+                Request::Forward(proposal) => Response::Forwarded(self.write_here(proposal).await),
+                Request::SnapshotBegin { .. }
+                | Request::SnapshotChunk { .. }
+                | Request::SnapshotEnd { .. } => {
+                    Response::Failed("snapshot messages belong to their connection".to_owned())
+                }
+            }
+        })
+    }
+
+    fn install(
+        &self,
+        vote: crate::types::Vote,
+        meta: crate::types::SnapshotMeta,
+        file: crate::state_machine::SnapshotFile,
+    ) -> BoxFuture<'_, Response> {
+        Box::pin(async move {
+            let snapshot = openraft::alias::SnapshotOf::<crate::types::FlockRaft, _> {
+                meta,
+                snapshot: file,
+            };
+            match self.raft.install_full_snapshot(vote, snapshot).await {
+                Ok(r) => Response::Snapshot(r),
+                Err(e) => Response::Failed(e.to_string()),
+            }
+        })
+    }
+}

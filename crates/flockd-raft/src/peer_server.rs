@@ -1,0 +1,175 @@
+//! The serving side of the cluster port: one task per connection reads requests and answers
+//! each as soon as it is done (concurrently: a slow append does not hold up a vote), with at
+//! most [`IN_FLIGHT`] unanswered at a time. A snapshot arrives as chunks written in order to a
+//! file, then installed as a whole.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::network::{Request, Response, frame, read_frame, write_all};
+use crate::state_machine::{MachineStore, SnapshotFile};
+use crate::types::{SnapshotMeta, Vote};
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Requests one connection may have in flight; more wait to be read (TCP pushes back).
+pub const IN_FLIGHT: usize = 256;
+/// The largest snapshot a node accepts.
+pub const MAX_SNAPSHOT: u64 = 64 << 30;
+
+pub trait PeerHandler: Send + Sync + 'static {
+    fn handle(&self, request: Request) -> BoxFuture<'_, Response>;
+    fn install(
+        &self,
+        vote: Vote,
+        meta: SnapshotMeta,
+        file: SnapshotFile,
+    ) -> BoxFuture<'_, Response>;
+}
+
+struct Receiving {
+    transfer: u64,
+    file: tokio::fs::File,
+    path: std::path::PathBuf,
+    received: u64,
+}
+
+pub async fn serve_connection(
+    stream: TcpStream,
+    handler: Arc<dyn PeerHandler>,
+    store: MachineStore,
+) -> io::Result<()> {
+    let (mut reader, mut writer) = stream.into_split();
+    let (replies, mut outbox) = mpsc::channel::<Vec<u8>>(IN_FLIGHT);
+    let writing = tokio::spawn(async move {
+        while let Some(bytes) = outbox.recv().await {
+            if write_all(&mut writer, &bytes).await.is_err() {
+                break;
+            }
+        }
+        let _ = writer.shutdown().await;
+    });
+    let permits = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut receiving: Option<Receiving> = None;
+    let result = loop {
+        let (id, body) = match read_frame(&mut reader).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        };
+        let request = match postcard::from_bytes::<Request>(&body) {
+            Ok(request) => request,
+            Err(e) => {
+                let _ = send(&replies, id, &Response::Failed(format!("undecodable: {e}"))).await;
+                continue;
+            }
+        };
+        match request {
+            Request::SnapshotBegin { transfer } => {
+                let path = store.receiving_path(transfer);
+                let response = match tokio::fs::File::create(&path).await {
+                    Ok(file) => {
+                        receiving = Some(Receiving {
+                            transfer,
+                            file,
+                            path,
+                            received: 0,
+                        });
+                        Response::SnapshotChunk
+                    }
+                    Err(e) => Response::Failed(format!("{}: {e}", path.display())),
+                };
+                send(&replies, id, &response).await;
+            }
+            Request::SnapshotChunk {
+                transfer,
+                offset,
+                data,
+            } => {
+                let response = match receiving.as_mut() {
+                    Some(r) if r.transfer == transfer && r.received == offset => {
+                        if r.received + data.len() as u64 > MAX_SNAPSHOT {
+                            Response::Failed("the snapshot is over the size limit".to_owned())
+                        } else {
+                            match r.file.write_all(&data).await {
+                                Ok(()) => {
+                                    r.received += data.len() as u64;
+                                    Response::SnapshotChunk
+                                }
+                                Err(e) => Response::Failed(format!("{}: {e}", r.path.display())),
+                            }
+                        }
+                    }
+                    _ => Response::Failed("a snapshot chunk out of order".to_owned()),
+                };
+                send(&replies, id, &response).await;
+            }
+            Request::SnapshotEnd {
+                transfer,
+                len,
+                vote,
+                meta,
+                dedup,
+            } => {
+                let response = match receiving.take() {
+                    Some(mut r) if r.transfer == transfer && r.received == len => match async {
+                        r.file.flush().await?;
+                        r.file.sync_all().await
+                    }
+                    .await
+                    {
+                        Ok(()) => {
+                            drop(r.file);
+                            let file = SnapshotFile {
+                                path: r.path,
+                                dedup,
+                            };
+                            handler.install(vote, meta, file).await
+                        }
+                        Err(e) => Response::Failed(format!("{}: {e}", r.path.display())),
+                    },
+                    _ => {
+                        Response::Failed("a snapshot ended that was not received whole".to_owned())
+                    }
+                };
+                send(&replies, id, &response).await;
+            }
+            other => {
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    break Ok(());
+                };
+                let handler = handler.clone();
+                let replies = replies.clone();
+                tokio::spawn(async move {
+                    let response = handler.handle(other).await;
+                    send(&replies, id, &response).await;
+                    drop(permit);
+                });
+            }
+        }
+    };
+    drop(replies);
+    let _ = writing.await;
+    if let Some(r) = receiving {
+        let _ = tokio::fs::remove_file(&r.path).await;
+    }
+    result
+}
+
+async fn send(replies: &mpsc::Sender<Vec<u8>>, id: u64, response: &Response) -> bool {
+    match frame(id, response) {
+        Ok(bytes) => replies.send(bytes).await.is_ok(),
+        Err(e) => {
+            let fallback = Response::Failed(e.to_string());
+            match frame(id, &fallback) {
+                Ok(bytes) => replies.send(bytes).await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! openraft's state machine: committed entries go to flockd-core's `apply` (through the
+//! server's [`Host`], which also routes their events), once each ([`Dedup`]). A snapshot is a
+//! file in the AOF rewrite format plus a small meta file (the last log id applied, the
+//! membership and the dedup table); it is written from a detached copy of the state, so apply
+//! goes on meanwhile.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use flockd_core::{Millis, OpResult, Snapshot, StateMachine};
+use futures_util::{Stream, TryStreamExt};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::dedup::Dedup;
+use crate::error::ClusterError;
+use crate::pending::PendingTable;
+use crate::types::{Applied, FlockRaft, LogId, NodeId, SnapshotMeta, StoredMembership};
+
+/// What the server gives the replicated log: the one state machine it serves from.
+pub trait Host: Send + Sync + 'static {
+    /// Applies one committed entry. `local`: this node proposed it (its waiters are parked
+    /// here; other nodes' are not).
+    fn apply(&self, entry: &flockd_aof::Entry, local: bool) -> Vec<OpResult>;
+    /// The state now, detached (a copy of the shard pointers).
+    fn snapshot(&self) -> Snapshot;
+    /// Replaces the whole state with one loaded from a snapshot.
+    fn replace(&self, machine: StateMachine);
+    /// The latest op time applied.
+    fn time(&self) -> Millis;
+}
+
+/// A snapshot as openraft passes it around: its data file and the dedup table it goes with.
+#[derive(Debug, Clone)]
+pub struct SnapshotFile {
+    pub path: PathBuf,
+    pub dedup: Dedup,
+}
+
+/// The meta file beside a snapshot's data file.
+#[derive(Serialize, Deserialize)]
+struct MetaFile {
+    data_file: String,
+    meta: SnapshotMeta,
+    dedup: Dedup,
+}
+
+struct Inner {
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    dedup: Dedup,
+    current: Option<(SnapshotMeta, SnapshotFile)>,
+}
+
+/// This node's identity, to tell its own proposals from the others'.
+#[derive(Clone, Copy, Debug)]
+pub struct Me {
+    pub node: NodeId,
+    pub incarnation: u64,
+}
+
+#[derive(Clone)]
+pub struct MachineStore {
+    inner: Arc<Mutex<Inner>>,
+    host: Arc<dyn Host>,
+    pending: Arc<PendingTable>,
+    me: Me,
+    dir: PathBuf,
+}
+
+fn io_err(path: &Path, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("{}: {e}", path.display()))
+}
+
+const META_FILE: &str = "current.meta";
+
+impl MachineStore {
+    /// Opens the snapshot directory `dir`; the latest snapshot in it, if any, becomes the
+    /// host's state (the log after it is applied again by openraft).
+    pub fn open(
+        dir: &Path,
+        host: Arc<dyn Host>,
+        pending: Arc<PendingTable>,
+        me: Me,
+    ) -> io::Result<MachineStore> {
+        fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+        let mut inner = Inner {
+            last_applied: None,
+            membership: StoredMembership::default(),
+            dedup: Dedup::default(),
+            current: None,
+        };
+        let meta_path = dir.join(META_FILE);
+        match fs::read(&meta_path) {
+            Ok(bytes) => {
+                let meta: MetaFile =
+                    postcard::from_bytes(&bytes).map_err(|e| io_err(&meta_path, e))?;
+                let data = dir.join(&meta.data_file);
+                let machine = load(&data)?;
+                host.replace(machine);
+                info!(
+                    file = %data.display(),
+                    last_log = ?meta.meta.last_log_id,
+                    "loaded the last snapshot"
+                );
+                inner.last_applied = meta.meta.last_log_id;
+                inner.membership = meta.meta.last_membership.clone();
+                inner.dedup = meta.dedup.clone();
+                inner.current = Some((
+                    meta.meta,
+                    SnapshotFile {
+                        path: data,
+                        dedup: meta.dedup,
+                    },
+                ));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&meta_path, e)),
+        }
+        remove_strays(dir, inner.current.as_ref().map(|(_, f)| f.path.as_path()));
+        Ok(MachineStore {
+            inner: Arc::new(Mutex::new(inner)),
+            host,
+            pending,
+            me,
+            dir: dir.to_owned(),
+        })
+    }
+
+    /// Makes `machine` (a single node's state, loaded from its AOF) this node's first
+    /// snapshot, at log position `log_id` with `membership`: the log of the new cluster goes on
+    /// after it, and every counter in it is kept.
+    pub fn seed(
+        &self,
+        machine: StateMachine,
+        log_id: LogId,
+        membership: crate::types::Membership,
+    ) -> io::Result<()> {
+        let meta = SnapshotMeta {
+            last_log_id: Some(log_id),
+            last_membership: StoredMembership::new(Some(log_id), membership),
+        };
+        let building = self.dir.join("building-seed.tmp");
+        flockd_aof::save_snapshot(&machine.snapshot(), &building)
+            .map_err(|e| io_err(&building, e))?;
+        let kept = self.keep(
+            &meta,
+            &SnapshotFile {
+                path: building,
+                dedup: Dedup::default(),
+            },
+        )?;
+        self.host.replace(machine);
+        let mut inner = self.inner.lock();
+        inner.last_applied = meta.last_log_id;
+        inner.membership = meta.last_membership.clone();
+        inner.current = Some((meta, kept));
+        Ok(())
+    }
+
+    /// Whether this node has a snapshot (so it is past its first start).
+    pub fn has_snapshot(&self) -> bool {
+        self.inner.lock().current.is_some()
+    }
+
+    /// Where a snapshot received from the leader is assembled.
+    pub fn receiving_path(&self, id: u64) -> PathBuf {
+        self.dir.join(format!("receiving-{id}.tmp"))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Proposals remembered by the dedup table.
+    pub fn remembered(&self) -> usize {
+        self.inner.lock().dedup.remembered()
+    }
+
+    /// Makes `data` (a finished data file) the current snapshot under `meta`: renamed to its
+    /// final name, then the meta file written and renamed over the last one, then the older
+    /// data files removed.
+    fn keep(&self, meta: &SnapshotMeta, data: &SnapshotFile) -> io::Result<SnapshotFile> {
+        let name = match &meta.last_log_id {
+            Some(id) => format!(
+                "snap-{}-{}-{}.aof",
+                id.leader_id.term, id.leader_id.node_id, id.index
+            ),
+            None => "snap-empty.aof".to_owned(),
+        };
+        let path = self.dir.join(&name);
+        if data.path.parent() == Some(self.dir.as_path()) {
+            if data.path != path {
+                fs::rename(&data.path, &path).map_err(|e| io_err(&data.path, e))?;
+            }
+        } else {
+            // Another store's file (in-process tests hand one over): ours is a copy.
+            fs::copy(&data.path, &path).map_err(|e| io_err(&data.path, e))?;
+            fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| io_err(&path, e))?;
+        }
+        let bytes = postcard::to_allocvec(&MetaFile {
+            data_file: name,
+            meta: meta.clone(),
+            dedup: data.dedup.clone(),
+        })
+        .map_err(|e| io_err(&path, e))?;
+        let tmp = self.dir.join("current.meta.tmp");
+        let mut file = fs::File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+        file.write_all(&bytes).map_err(|e| io_err(&tmp, e))?;
+        file.sync_all().map_err(|e| io_err(&tmp, e))?;
+        fs::rename(&tmp, self.dir.join(META_FILE)).map_err(|e| io_err(&tmp, e))?;
+        fs::File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io_err(&self.dir, e))?;
+        remove_strays(&self.dir, Some(&path));
+        Ok(SnapshotFile {
+            path,
+            dedup: data.dedup.clone(),
+        })
+    }
+}
+
+/// Loads a snapshot data file into a new state machine; a file cut short is refused.
+fn load(path: &Path) -> io::Result<StateMachine> {
+    let mut machine = StateMachine::new();
+    let report = flockd_aof::load(path, &mut machine).map_err(|e| io_err(path, e))?;
+    if report.truncated_at.is_some() || report.records == 0 {
+        return Err(io_err(path, "the snapshot file is incomplete"));
+    }
+    machine.reset_stats();
+    Ok(machine)
+}
+
+/// Removes data files other than `keep` (older snapshots, unfinished transfers).
+fn remove_strays(dir: &Path, keep: Option<&Path>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let stray = (name.starts_with("snap-") && name.ends_with(".aof"))
+            || name.starts_with("receiving-")
+            || name.starts_with("building-");
+        if stray
+            && Some(path.as_path()) != keep
+            && let Err(e) = fs::remove_file(&path)
+        {
+            warn!(file = %path.display(), "cannot remove an old snapshot file: {e}");
+        }
+    }
+}
+
+impl RaftSnapshotBuilder<FlockRaft> for MachineStore {
+    type SnapshotData = SnapshotFile;
+
+    async fn build_snapshot(
+        &mut self,
+    ) -> Result<openraft::alias::SnapshotOf<FlockRaft, SnapshotFile>, io::Error> {
+        // Taken together, so the state, the log id and the dedup table match.
+        let (snapshot, meta, dedup) = {
+            let inner = self.inner.lock();
+            let meta = SnapshotMeta {
+                last_log_id: inner.last_applied,
+                last_membership: inner.membership.clone(),
+            };
+            (self.host.snapshot(), meta, inner.dedup.clone())
+        };
+        let store = self.clone();
+        let building = self.dir.join(format!(
+            "building-{}.tmp",
+            meta.last_log_id.map_or(0, |id| id.index)
+        ));
+        let kept = tokio::task::spawn_blocking(move || {
+            flockd_aof::save_snapshot(&snapshot, &building).map_err(|e| io_err(&building, e))?;
+            let file = SnapshotFile {
+                path: building,
+                dedup,
+            };
+            store.keep(&meta, &file).map(|file| (meta, file))
+        })
+        .await
+        .map_err(io::Error::other)??;
+        let (meta, file) = kept;
+        info!(last_log = ?meta.last_log_id, file = %file.path.display(), "snapshot built");
+        self.inner.lock().current = Some((meta.clone(), file.clone()));
+        Ok(openraft::alias::SnapshotOf::<FlockRaft, SnapshotFile> {
+            meta,
+            snapshot: file,
+        })
+    }
+}
+
+impl RaftStateMachine<FlockRaft> for MachineStore {
+    type SnapshotData = SnapshotFile;
+    type SnapshotBuilder = MachineStore;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        let inner = self.inner.lock();
+        Ok((inner.last_applied, inner.membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<FlockRaft>, io::Error>> + Unpin + OptionalSend,
+    {
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let log_id = entry.log_id;
+            let mut inner = self.inner.lock();
+            match entry.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Membership(membership) => {
+                    inner.membership = StoredMembership::new(Some(log_id), membership);
+                }
+                EntryPayload::Normal(proposal) => {
+                    if inner.dedup.admit(&proposal.origin) {
+                        let local = proposal.origin.node == self.me.node
+                            && proposal.origin.incarnation == self.me.incarnation;
+                        // Log time never goes back, whatever order the leader's stamps
+                        // reached the log in: a later start only lengthens a lease.
+                        let at = proposal.at.max(self.host.time());
+                        let applied = flockd_aof::Entry {
+                            position: log_id.index,
+                            at,
+                            ops: proposal.ops,
+                        };
+                        let results = self.host.apply(&applied, local);
+                        if local {
+                            self.pending.resolve(proposal.origin.seq, Ok(results));
+                        }
+                    }
+                }
+            }
+            inner.last_applied = Some(log_id);
+            drop(inner);
+            if let Some(responder) = responder {
+                responder.send(Applied);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> MachineStore {
+        self.clone()
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotFile,
+    ) -> Result<(), io::Error> {
+        let store = self.clone();
+        let meta_owned = meta.clone();
+        let (machine, kept) = tokio::task::spawn_blocking(move || {
+            let machine = load(&snapshot.path)?;
+            let kept = store.keep(&meta_owned, &snapshot)?;
+            Ok::<_, io::Error>((machine, kept))
+        })
+        .await
+        .map_err(io::Error::other)??;
+        let mut inner = self.inner.lock();
+        self.host.replace(machine);
+        inner.last_applied = meta.last_log_id;
+        inner.membership = meta.last_membership.clone();
+        inner.dedup = kept.dedup.clone();
+        // This node's proposals the snapshot decided will not be applied here: their results
+        // are not in it.
+        for seq in self.pending.waiting() {
+            if inner.dedup.decided(self.me.node, self.me.incarnation, seq) {
+                self.pending.resolve(seq, Err(ClusterError::OutcomeUnknown));
+            }
+        }
+        info!(last_log = ?meta.last_log_id, "installed a snapshot from the leader");
+        inner.current = Some((meta.clone(), kept));
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<openraft::alias::SnapshotOf<FlockRaft, SnapshotFile>>, io::Error> {
+        Ok(self
+            .inner
+            .lock()
+            .current
+            .clone()
+            .map(
+                |(meta, snapshot)| openraft::alias::SnapshotOf::<FlockRaft, SnapshotFile> {
+                    meta,
+                    snapshot,
+                },
+            ))
+    }
+}

@@ -1,0 +1,76 @@
+//! ROLE: Redis's replication role, in its shape and types. A single node is a master without
+//! replicas; a cluster's leader is the master and its followers the replicas, each with the
+//! log index it is known to have; a follower names the leader it follows.
+
+use flockd_proto::Reply;
+
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use crate::server::context::{CommandResult, Ctx, reply};
+
+#[derive(Debug)]
+pub struct Role;
+
+impl CommandDef for Role {
+    const META: Meta = Meta {
+        syntax: "ROLE",
+        group: "server",
+        ..Meta::new(
+            "role",
+            1,
+            CommandFlags {
+                fast: true,
+                ..CommandFlags::READ
+            },
+            "Returns the replication role.",
+        )
+    };
+
+    fn parse(_args: &mut Args) -> Result<Self, CommandError> {
+        Ok(Role)
+    }
+}
+
+impl LocalCommand for Role {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        let Some(cluster) = &ctx.shared.cluster else {
+            let offset = ctx.machine().position() as i64;
+            return reply(Reply::Array(vec![
+                Reply::bulk("master"),
+                Reply::Integer(offset),
+                Reply::Array(vec![]),
+            ]));
+        };
+        let view = cluster.view();
+        if view.role == flockd_raft::Role::Leader {
+            let replicas = view
+                .members
+                .iter()
+                .filter(|m| m.id != view.node_id)
+                .map(|m| {
+                    Reply::Array(vec![
+                        Reply::bulk(m.peer.host.clone()),
+                        Reply::bulk(m.peer.port.to_string()),
+                        Reply::bulk(m.index.unwrap_or(0).to_string()),
+                    ])
+                })
+                .collect();
+            return reply(Reply::Array(vec![
+                Reply::bulk("master"),
+                Reply::Integer(view.applied_index as i64),
+                Reply::Array(replicas),
+            ]));
+        }
+        let leader = view.leader.and_then(|id| view.member(id));
+        reply(Reply::Array(vec![
+            Reply::bulk("slave"),
+            Reply::bulk(leader.map(|m| m.peer.host.clone()).unwrap_or_default()),
+            Reply::Integer(leader.map_or(0, |m| i64::from(m.peer.port))),
+            Reply::bulk(if leader.is_some() {
+                "connected"
+            } else {
+                "connecting"
+            }),
+            Reply::Integer(view.applied_index as i64),
+        ]))
+    }
+}

@@ -1,0 +1,828 @@
+//! A 3-node cluster of real `flockd` processes on loopback ports: any node serves any
+//! command, the leader killed with SIGKILL (and restarted with its dir) loses no lock and no
+//! token. Clients record their own history (send time, reply time, node, result); the checks
+//! run over it: per name every acknowledged token is unique and tokens increase in real-time
+//! order, and every acknowledged grant and fence write is still there at the end.
+//!
+//! `FLOCKD_CLUSTER_ROUNDS` (default 3) sets the leader kills; `FLOCKD_CLUSTER_SEED` replays a
+//! run.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::load::{Client, Rng, int, int_or_null, seed_from_env};
+use common::{Server, TempDir};
+
+const NODES: usize = 3;
+const CLIENTS: usize = 32;
+const NAMES: usize = 8;
+const LEASE_MS: u64 = 3000;
+
+/// Ports for every node (client and cluster), bound once to be free, then released.
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("addr").port())
+        .collect()
+}
+
+struct Cluster {
+    dirs: Vec<TempDir>,
+    nodes: Vec<Option<Server>>,
+    /// The members a new cluster forms with (the first `founders` nodes).
+    founders: usize,
+    ports: Vec<u16>,
+}
+
+impl Cluster {
+    fn start(n: usize) -> Cluster {
+        Self::start_of(n, n)
+    }
+
+    /// Ports and dirs for `capacity` nodes; the first `founders` are started and form the
+    /// cluster, the others can be started later to join it.
+    fn start_of(founders: usize, capacity: usize) -> Cluster {
+        let ports = free_ports(2 * capacity);
+        let dirs: Vec<TempDir> = (0..capacity)
+            .map(|i| TempDir::new(&format!("cluster{i}")))
+            .collect();
+        let mut cluster = Cluster {
+            dirs,
+            nodes: (0..capacity).map(|_| None).collect(),
+            founders,
+            ports,
+        };
+        for i in 0..founders {
+            cluster.start_node(i);
+        }
+        cluster
+    }
+
+    /// `id=host:port@cport` of node `i`.
+    fn peer(&self, i: usize) -> String {
+        let capacity = self.nodes.len();
+        format!(
+            "{}=127.0.0.1:{}@{}",
+            i + 1,
+            self.ports[i],
+            self.ports[capacity + i]
+        )
+    }
+
+    /// `host:port@cport` of node `i`, as FLOCK.CLUSTER ADD takes it.
+    fn address(&self, i: usize) -> String {
+        self.peer(i).split_once('=').expect("id=").1.to_string()
+    }
+
+    /// The founders, plus node `i` itself when it joins later.
+    fn peers_for(&self, i: usize) -> String {
+        let mut peers: Vec<String> = (0..self.founders).map(|j| self.peer(j)).collect();
+        if i >= self.founders {
+            peers.push(self.peer(i));
+        }
+        peers.join(",")
+    }
+
+    fn start_node(&mut self, i: usize) {
+        let peers = self.peers_for(i);
+        self.start_node_with(i, &peers);
+    }
+
+    fn start_node_with(&mut self, i: usize, peers: &str) {
+        let args = vec![
+            "--bind".to_string(),
+            "127.0.0.1".to_string(),
+            "--port".to_string(),
+            self.ports[i].to_string(),
+            "--dir".to_string(),
+            self.dirs[i].path().display().to_string(),
+            "--node-id".to_string(),
+            (i + 1).to_string(),
+            "--cluster-peers".to_string(),
+            peers.to_string(),
+        ];
+        let server = Server::try_spawn(
+            self.dirs[i].path(),
+            args,
+            &[("FLOCKD_LOG_LEVEL", "info,openraft=warn")],
+        )
+        .unwrap_or_else(|log| panic!("node {} did not start:\n{log}", i + 1));
+        self.nodes[i] = Some(server);
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut node) = self.nodes[i].take() {
+            node.kill9();
+        }
+    }
+
+    fn call(&self, i: usize, args: &[&str]) -> String {
+        let mut c = Client::connect(self.addr(i)).expect("connect");
+        c.call(args)
+            .unwrap_or_else(|e| panic!("node {}: {args:?}: {e}\n{}", i + 1, self.logs()))
+    }
+
+    fn addr(&self, i: usize) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.ports[i]))
+    }
+
+    fn addrs(&self) -> Vec<SocketAddr> {
+        (0..self.nodes.len()).map(|i| self.addr(i)).collect()
+    }
+
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let Some(node) = node {
+                let log = node.log();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                out.push_str(&format!("--- node {} (last lines)\n", i + 1));
+                for line in tail.into_iter().rev() {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    /// INFO replication of node `i`, as key -> value (empty if it does not answer).
+    fn replication(&self, i: usize) -> HashMap<String, String> {
+        let Ok(mut c) = Client::connect(self.addr(i)) else {
+            return HashMap::new();
+        };
+        let Ok(reply) = c.call(&["INFO", "replication"]) else {
+            return HashMap::new();
+        };
+        reply
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+            .collect()
+    }
+
+    /// Waits until the running nodes agree on one leader; returns its index.
+    fn wait_for_leader(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let running: Vec<usize> = (0..self.nodes.len())
+                .filter(|i| self.nodes[*i].is_some())
+                .collect();
+            let leaders: Vec<String> = running
+                .iter()
+                .map(|i| {
+                    self.replication(*i)
+                        .get("raft_leader_id")
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .collect();
+            if let Some(first) = leaders.first()
+                && first != "0"
+                && !first.is_empty()
+                && leaders.iter().all(|l| l == first)
+            {
+                let id: usize = first.parse().expect("leader id");
+                if self.nodes[id - 1].is_some()
+                    && self
+                        .replication(id - 1)
+                        .get("raft_state")
+                        .map(String::as_str)
+                        == Some("leader")
+                {
+                    return id - 1;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no agreed leader within {timeout:?}: {leaders:?}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// One acknowledged operation of a client's history.
+#[derive(Clone, Debug)]
+struct Grant {
+    name: usize,
+    token: u64,
+    sent: Instant,
+    replied: Instant,
+    node: usize,
+}
+
+#[derive(Default)]
+struct History {
+    grants: Vec<Grant>,
+    /// Fence key -> the highest token a FENCE.SET was acknowledged with.
+    fences: BTreeMap<usize, u64>,
+    releases: u64,
+    errors: BTreeMap<String, u64>,
+}
+
+fn error_kind(reply: &str) -> String {
+    reply
+        .trim_start_matches('-')
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_string()
+}
+
+fn client_loop(addrs: Vec<SocketAddr>, seed: u64, stop: Arc<AtomicBool>) -> History {
+    let mut rng = Rng(seed);
+    let mut history = History::default();
+    let mut node = rng.below(addrs.len() as u64) as usize;
+    let mut conn: Option<Client> = None;
+    let started = Instant::now();
+    while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(300) {
+        if conn.is_none() {
+            node = rng.below(addrs.len() as u64) as usize;
+            match Client::connect(addrs[node]) {
+                Ok(c) => conn = Some(c),
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+            }
+        }
+        let c = conn.as_mut().expect("connected");
+        let name = rng.below(NAMES as u64) as usize;
+        let lock = format!("cl-lock-{name}");
+        let sent = Instant::now();
+        let reply = match c.call(&[
+            "FLOCK.ACQUIRE",
+            &lock,
+            &LEASE_MS.to_string(),
+            "WAIT",
+            "1000",
+        ]) {
+            Ok(r) => r,
+            Err(_) => {
+                conn = None;
+                continue;
+            }
+        };
+        let replied = Instant::now();
+        if reply.starts_with('-') {
+            *history.errors.entry(error_kind(&reply)).or_default() += 1;
+            continue;
+        }
+        let Some(token) = int_or_null(&reply) else {
+            continue;
+        };
+        history.grants.push(Grant {
+            name,
+            token,
+            sent,
+            replied,
+            node,
+        });
+        let key = format!("cl-fence-{name}");
+        match c.call(&["FENCE.SET", &key, &token.to_string(), &format!("v{token}")]) {
+            Ok(r) if r == ":1\r\n" => {
+                let best = history.fences.entry(name).or_default();
+                *best = (*best).max(token);
+            }
+            Ok(r) if r.starts_with('-') => *history.errors.entry(error_kind(&r)).or_default() += 1,
+            Ok(_) => {}
+            Err(_) => {
+                conn = None;
+                continue;
+            }
+        }
+        match c.call(&["FLOCK.RELEASE", &lock, &token.to_string()]) {
+            Ok(r) if r == ":1\r\n" => history.releases += 1,
+            Ok(r) if r.starts_with('-') => *history.errors.entry(error_kind(&r)).or_default() += 1,
+            Ok(_) => {}
+            Err(_) => conn = None,
+        }
+    }
+    history
+}
+
+fn start_clients(
+    addrs: &[SocketAddr],
+    seed: u64,
+    stop: &Arc<AtomicBool>,
+) -> Vec<JoinHandle<History>> {
+    (0..CLIENTS)
+        .map(|i| {
+            let addrs = addrs.to_vec();
+            let stop = stop.clone();
+            let seed = seed.wrapping_add(i as u64 * 7919);
+            std::thread::spawn(move || client_loop(addrs, seed, stop))
+        })
+        .collect()
+}
+
+/// The first grant through a node other than `dead`, after `since`: the failover time.
+fn first_grant_elsewhere(addrs: &[SocketAddr], dead: usize, since: Instant) -> Duration {
+    let others: Vec<usize> = (0..addrs.len()).filter(|i| *i != dead).collect();
+    let mut n = 0u64;
+    loop {
+        let node = others[n as usize % others.len()];
+        n += 1;
+        if let Ok(mut c) = Client::connect(addrs[node])
+            && let Ok(reply) = c.call(&["FLOCK.ACQUIRE", &format!("failover-probe-{n}"), "1000"])
+            && reply.starts_with(':')
+        {
+            return since.elapsed();
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "no grant 30 s after the kill"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_three_node_cluster_loses_no_lock_and_no_token_when_its_leader_is_killed() {
+    let rounds: usize = std::env::var("FLOCKD_CLUSTER_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let seed = seed_from_env("FLOCKD_CLUSTER_SEED");
+    eprintln!("FLOCKD_CLUSTER_SEED={seed} FLOCKD_CLUSTER_ROUNDS={rounds}");
+    let mut cluster = Cluster::start(NODES);
+    cluster.wait_for_leader(Duration::from_secs(20));
+    let addrs = cluster.addrs();
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = start_clients(&addrs, seed, &stop);
+    let failovers = Arc::new(Mutex::new(Vec::new()));
+    for round in 0..rounds {
+        std::thread::sleep(Duration::from_millis(1500));
+        let leader = cluster.wait_for_leader(Duration::from_secs(20));
+        let killed_at = Instant::now();
+        cluster.kill(leader);
+        let took = first_grant_elsewhere(&addrs, leader, killed_at);
+        eprintln!(
+            "round {round}: killed node {}, first grant elsewhere after {took:?}",
+            leader + 1
+        );
+        failovers.lock().unwrap().push(took);
+        std::thread::sleep(Duration::from_millis(500));
+        cluster.start_node(leader);
+        cluster.wait_for_leader(Duration::from_secs(20));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    stop.store(true, Ordering::Relaxed);
+    let histories: Vec<History> = clients
+        .into_iter()
+        .map(|h| h.join().expect("client"))
+        .collect();
+
+    // Per name: tokens unique, and increasing in real-time order.
+    let mut by_name: BTreeMap<usize, Vec<Grant>> = BTreeMap::new();
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    let mut fences: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut releases = 0;
+    for h in &histories {
+        for g in &h.grants {
+            by_name.entry(g.name).or_default().push(g.clone());
+        }
+        for (k, v) in &h.errors {
+            *errors.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &h.fences {
+            let best = fences.entry(*k).or_default();
+            *best = (*best).max(*v);
+        }
+        releases += h.releases;
+    }
+    let total: usize = by_name.values().map(Vec::len).sum();
+    eprintln!(
+        "{total} grants, {releases} releases, {} fence keys written, errors {errors:?}, failovers {:?}",
+        fences.len(),
+        failovers.lock().unwrap()
+    );
+    assert!(
+        total > 100,
+        "too few grants to judge: {total}\n{}",
+        cluster.logs()
+    );
+    for (name, grants) in &mut by_name {
+        grants.sort_by_key(|g| g.token);
+        for pair in grants.windows(2) {
+            assert!(
+                pair[0].token != pair[1].token,
+                "lock {name}: token {} granted twice ({:?} and {:?})",
+                pair[0].token,
+                pair[0],
+                pair[1]
+            );
+        }
+        for a in grants.iter() {
+            for b in grants.iter() {
+                if a.replied < b.sent {
+                    assert!(
+                        a.token < b.token,
+                        "lock {name}: token {} (node {}) was acknowledged before token {} (node {}) was asked for",
+                        a.token,
+                        a.node + 1,
+                        b.token,
+                        b.node + 1
+                    );
+                }
+            }
+        }
+    }
+    // Only a leader change may refuse a command, and only with -CLUSTERDOWN.
+    for kind in errors.keys() {
+        assert!(
+            kind == "CLUSTERDOWN",
+            "unexpected error replies {errors:?}\n{}",
+            cluster.logs()
+        );
+    }
+    // Every acknowledged grant and fence write is still there, read through every node.
+    for i in 0..NODES {
+        let mut c = Client::connect(cluster.addr(i)).expect("connect");
+        for (name, grants) in &by_name {
+            let last = int(&c
+                .call(&["FLOCK.TOKEN", &format!("cl-lock-{name}")])
+                .expect("token"));
+            let acked = grants.iter().map(|g| g.token).max().unwrap_or(0);
+            assert!(
+                last >= acked,
+                "node {}: lock {name} counter {last} < acknowledged {acked}",
+                i + 1
+            );
+        }
+        for (name, acked) in &fences {
+            let kept = int(&c
+                .call(&["FENCE.TOKEN", &format!("cl-fence-{name}")])
+                .expect("fence"));
+            assert!(
+                kept >= *acked,
+                "node {}: fence {name} at {kept} < acknowledged {acked}",
+                i + 1
+            );
+        }
+    }
+}
+
+#[test]
+fn role_info_and_cluster_nodes_describe_the_members() {
+    let cluster = Cluster::start(NODES);
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    let follower = (leader + 1) % NODES;
+    let mut c = Client::connect(cluster.addr(follower)).expect("connect");
+    // A write through a follower, read back through the leader and the other follower.
+    assert_eq!(
+        c.call(&["FLOCK.ACQUIRE", "role-lock", "60000"]).unwrap(),
+        ":1\r\n"
+    );
+    for i in 0..NODES {
+        let mut other = Client::connect(cluster.addr(i)).expect("connect");
+        assert_eq!(
+            other.call(&["FLOCK.TOKEN", "role-lock"]).unwrap(),
+            ":1\r\n",
+            "node {}",
+            i + 1
+        );
+    }
+    let role = c.call(&["ROLE"]).unwrap();
+    let port = cluster.ports[leader];
+    assert!(
+        role.starts_with(&format!(
+            "*5\r\n$5\r\nslave\r\n$9\r\n127.0.0.1\r\n:{port}\r\n$9\r\nconnected\r\n:"
+        )),
+        "{role:?}"
+    );
+    let mut l = Client::connect(cluster.addr(leader)).expect("connect");
+    let role = l.call(&["ROLE"]).unwrap();
+    assert!(role.starts_with("*3\r\n$6\r\nmaster\r\n:"), "{role:?}");
+    assert_eq!(role.matches("$9\r\n127.0.0.1\r\n").count(), 2, "{role:?}");
+    let info = cluster.replication(follower);
+    assert_eq!(info.get("role").map(String::as_str), Some("slave"));
+    assert_eq!(info.get("raft_state").map(String::as_str), Some("follower"));
+    assert_eq!(info.get("raft_members").map(String::as_str), Some("3"));
+    assert_eq!(info.get("raft_leader_id"), Some(&(leader + 1).to_string()));
+    let nodes = l.call(&["FLOCK.CLUSTER", "NODES"]).unwrap();
+    for i in 0..NODES {
+        let role = if i == leader { "leader" } else { "follower" };
+        let line = format!(
+            "{} 127.0.0.1:{}@{} {role} ",
+            i + 1,
+            cluster.ports[i],
+            cluster.ports[NODES + i]
+        );
+        assert!(nodes.contains(&line), "{nodes:?} lacks {line:?}");
+    }
+    // Bad input: a clear error, the connection stays open.
+    let bad = l.call(&["FLOCK.CLUSTER", "REMOVE", "x"]).unwrap();
+    assert!(bad.starts_with("-ERR the node id"), "{bad:?}");
+    let bad = l.call(&["FLOCK.CLUSTER", "ADD", "9", "nohost"]).unwrap();
+    assert!(bad.starts_with("-ERR bad cluster peer"), "{bad:?}");
+    let bad = l.call(&["FLOCK.CLUSTER", "FROB"]).unwrap();
+    assert!(bad.starts_with("-ERR unknown subcommand"), "{bad:?}");
+    assert_eq!(l.call(&["PING"]).unwrap(), "+PONG\r\n");
+}
+
+#[test]
+fn a_node_without_a_majority_answers_clusterdown_and_keeps_the_connection() {
+    let mut cluster = Cluster::start(NODES);
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    let survivor = (leader + 1) % NODES;
+    for i in 0..NODES {
+        if i != survivor {
+            cluster.kill(i);
+        }
+    }
+    let mut c = Client::connect(cluster.addr(survivor)).expect("connect");
+    let started = Instant::now();
+    let reply = c.call(&["FLOCK.ACQUIRE", "alone", "1000"]).unwrap();
+    let waited = started.elapsed();
+    assert!(reply.starts_with("-CLUSTERDOWN no leader"), "{reply:?}");
+    assert!(
+        waited >= Duration::from_millis(2500),
+        "answered after {waited:?}"
+    );
+    let reply = c.call(&["FLOCK.TOKEN", "alone"]).unwrap();
+    assert!(
+        reply.starts_with("-CLUSTERDOWN"),
+        "a read without a majority: {reply:?}"
+    );
+    assert_eq!(c.call(&["PING"]).unwrap(), "+PONG\r\n");
+}
+
+#[test]
+fn cluster_settings_are_checked_at_start() {
+    let dir = TempDir::new("cluster-bad");
+    for (args, says) in [
+        (vec!["--node-id", "1"], "node-id without cluster-peers"),
+        (
+            vec!["--cluster-peers", "1=127.0.0.1:1"],
+            "cluster-peers without node-id",
+        ),
+        (
+            vec!["--node-id", "1", "--cluster-peers", "1=nohost"],
+            "bad cluster peer",
+        ),
+        (
+            vec![
+                "--node-id",
+                "1",
+                "--cluster-peers",
+                "1=127.0.0.1:7000",
+                "--appendfsync",
+                "everysec",
+            ],
+            "appendfsync everysec with cluster mode",
+        ),
+    ] {
+        let log = Server::try_start_in(dir.path(), &args)
+            .err()
+            .expect("must not start");
+        assert!(log.contains(says), "{args:?}: {log}");
+    }
+}
+
+/// Waits until node `i` reports `members` members and an applied index of at least `index`.
+fn wait_for_members(cluster: &Cluster, i: usize, members: usize, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let info = cluster.replication(i);
+        if info.get("raft_members") == Some(&members.to_string()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {} never saw {members} members: {info:?}\n{}",
+            i + 1,
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn nodes_join_under_load_leadership_moves_and_five_nodes_survive_two_kills() {
+    let mut cluster = Cluster::start_of(3, 5);
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    let seed = seed_from_env("FLOCKD_CLUSTER_SEED");
+    let stop = Arc::new(AtomicBool::new(false));
+    let founders: Vec<SocketAddr> = (0..3).map(|i| cluster.addr(i)).collect();
+    let load = start_clients(&founders, seed, &stop);
+    // Two nodes join while the load runs.
+    for i in 3..5 {
+        cluster.start_node(i);
+        let reply = cluster.call(
+            leader,
+            &[
+                "FLOCK.CLUSTER",
+                "ADD",
+                &(i + 1).to_string(),
+                &cluster.address(i),
+            ],
+        );
+        assert_eq!(
+            reply,
+            "+OK\r\n",
+            "adding node {}\n{}",
+            i + 1,
+            cluster.logs()
+        );
+    }
+    wait_for_members(&cluster, 4, 5, Duration::from_secs(20));
+    // A change asked of a follower says who leads.
+    let follower = (leader + 1) % 3;
+    let reply = cluster.call(follower, &["FLOCK.CLUSTER", "REMOVE", "5"]);
+    assert!(
+        reply.starts_with("-ERR this node is not the leader (node "),
+        "{reply:?}"
+    );
+    // The new nodes serve: a write through node 5, read back through node 1.
+    let token = int(&cluster.call(4, &["FLOCK.ACQUIRE", "joined", "60000"]));
+    assert_eq!(int(&cluster.call(0, &["FLOCK.TOKEN", "joined"])), token);
+    let nodes = cluster.call(leader, &["FLOCK.CLUSTER", "NODES"]);
+    assert_eq!(nodes.matches(" follower ").count(), 4, "{nodes:?}");
+
+    // Leadership handed to node 4.
+    let reply = cluster.call(leader, &["FLOCK.CLUSTER", "LEADER", "4"]);
+    assert_eq!(reply, "+OK\r\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.wait_for_leader(Duration::from_secs(10)) != 3 {
+        assert!(
+            Instant::now() < deadline,
+            "node 4 did not take over\n{}",
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // Five nodes survive two killed (the leader among them).
+    cluster.kill(3);
+    cluster.kill(0);
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    assert!(![0, 3].contains(&leader));
+    let next = int(&cluster.call(1, &["FLOCK.ACQUIRE", "after-kills", "60000"]));
+    assert_eq!(next, 1);
+    assert_eq!(int(&cluster.call(4, &["FLOCK.TOKEN", "joined"])), token);
+    // One of the dead is removed; the others see four members.
+    let reply = cluster.call(leader, &["FLOCK.CLUSTER", "REMOVE", "1"]);
+    assert_eq!(reply, "+OK\r\n", "{}", cluster.logs());
+    wait_for_members(&cluster, 4, 4, Duration::from_secs(20));
+    stop.store(true, Ordering::Relaxed);
+    let histories: Vec<History> = load
+        .into_iter()
+        .map(|h| h.join().expect("client"))
+        .collect();
+    let grants: usize = histories.iter().map(|h| h.grants.len()).sum();
+    assert!(grants > 10, "the load made no progress: {grants}");
+    let mut seen: BTreeMap<(usize, u64), usize> = BTreeMap::new();
+    for g in histories.iter().flat_map(|h| &h.grants) {
+        *seen.entry((g.name, g.token)).or_default() += 1;
+    }
+    assert!(seen.values().all(|n| *n == 1), "a token was granted twice");
+}
+
+#[test]
+fn a_single_nodes_aof_seeds_a_new_cluster_with_every_counter() {
+    let dir = TempDir::new("seed-single");
+    let mut single = Server::start_in(dir.path(), &[]);
+    let mut c = single.conn();
+    let mut last = 0u64;
+    for _ in 0..5 {
+        last = redis::cmd("FLOCK.ACQUIRE")
+            .arg("seeded")
+            .arg(60_000)
+            .query(&mut c)
+            .unwrap();
+        let _: i64 = redis::cmd("FLOCK.RELEASE")
+            .arg("seeded")
+            .arg(last)
+            .query(&mut c)
+            .unwrap();
+    }
+    let held: u64 = redis::cmd("FLOCK.ACQUIRE")
+        .arg("held")
+        .arg(60_000)
+        .query(&mut c)
+        .unwrap();
+    let _: i64 = redis::cmd("FENCE.SET")
+        .arg("fk")
+        .arg(last)
+        .arg("v")
+        .query(&mut c)
+        .unwrap();
+    single.signal("TERM");
+    single.wait_exit(Duration::from_secs(10)).expect("stopped");
+
+    // Node 1 starts on that dir as a one-node cluster, then nodes 2 and 3 join.
+    let mut cluster = Cluster::start_of(0, 3);
+    std::fs::remove_dir_all(cluster.dirs[0].path()).ok();
+    copy_dir(dir.path(), cluster.dirs[0].path());
+    let alone = cluster.peer(0);
+    cluster.start_node_with(0, &alone);
+    assert!(
+        cluster.nodes[0]
+            .as_ref()
+            .unwrap()
+            .log()
+            .contains("seeding the cluster")
+    );
+    cluster.wait_for_leader(Duration::from_secs(20));
+    assert_eq!(int(&cluster.call(0, &["FLOCK.TOKEN", "seeded"])), last);
+    assert_eq!(int(&cluster.call(0, &["FENCE.TOKEN", "fk"])), last);
+    // The seeded lock is still held (its lease re-armed), and the next grant goes on from 5.
+    assert_eq!(
+        cluster.call(0, &["FLOCK.ACQUIRE", "held", "1000"]),
+        "$-1\r\n"
+    );
+    assert!(held == 1);
+    for i in 1..3 {
+        let peers = format!("{},{}", alone, cluster.peer(i));
+        cluster.start_node_with(i, &peers);
+        let reply = cluster.call(
+            0,
+            &[
+                "FLOCK.CLUSTER",
+                "ADD",
+                &(i + 1).to_string(),
+                &cluster.address(i),
+            ],
+        );
+        assert_eq!(reply, "+OK\r\n", "{}", cluster.logs());
+    }
+    wait_for_members(&cluster, 2, 3, Duration::from_secs(20));
+    let token = int(&cluster.call(2, &["FLOCK.ACQUIRE", "seeded", "60000"]));
+    assert_eq!(token, last + 1);
+    // A node that has joined a seeded cluster refuses to seed again; the seeded one keeps its
+    // state over a restart.
+    cluster.kill(0);
+    cluster.start_node_with(0, &alone);
+    assert!(
+        !cluster.nodes[0]
+            .as_ref()
+            .unwrap()
+            .log()
+            .contains("seeding the cluster")
+    );
+    let _ = cluster.wait_for_leader(Duration::from_secs(20));
+    assert_eq!(int(&cluster.call(0, &["FLOCK.TOKEN", "seeded"])), last + 1);
+}
+
+#[test]
+fn seeding_a_cluster_of_several_from_an_aof_is_refused_with_the_procedure() {
+    let dir = TempDir::new("seed-refused");
+    let mut single = Server::start_in(dir.path(), &[]);
+    let _: u64 = redis::cmd("FLOCK.ACQUIRE")
+        .arg("x")
+        .arg(1000)
+        .query(&mut single.conn())
+        .unwrap();
+    single.signal("TERM");
+    single.wait_exit(Duration::from_secs(10)).expect("stopped");
+    let ports = free_ports(4);
+    let peers = format!(
+        "1=127.0.0.1:{}@{},2=127.0.0.1:{}@{}",
+        ports[0], ports[1], ports[2], ports[3]
+    );
+    let port = ports[0].to_string();
+    let log = Server::try_spawn(
+        dir.path(),
+        vec![
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--port".into(),
+            port,
+            "--dir".into(),
+            dir.path().display().to_string(),
+            "--node-id".into(),
+            "1".into(),
+            "--cluster-peers".into(),
+            peers,
+        ],
+        &[],
+    )
+    .err()
+    .expect("must not start");
+    assert!(log.contains("FLOCK.CLUSTER ADD the others"), "{log}");
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copy");
+        }
+    }
+}
