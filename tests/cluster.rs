@@ -228,6 +228,10 @@ struct History {
     /// Fence key -> the highest token a FENCE.SET was acknowledged with.
     fences: BTreeMap<usize, u64>,
     releases: u64,
+    /// Releases refused because the lease had ended, sent after the client's own validity.
+    late_releases: u64,
+    /// Leases that ended before their length since the acquire was sent.
+    early_ends: Vec<String>,
     errors: BTreeMap<String, u64>,
 }
 
@@ -302,8 +306,24 @@ fn client_loop(addrs: Vec<SocketAddr>, seed: u64, stop: Arc<AtomicBool>) -> Hist
                 continue;
             }
         }
+        let release_sent = Instant::now();
         match c.call(&["FLOCK.RELEASE", &lock, &token.to_string()]) {
             Ok(r) if r == ":1\r\n" => history.releases += 1,
+            // The lease ran out: fine if the client's own validity (from when it sent the
+            // acquire) was over when it sent the release; a lease that ended sooner is a
+            // violation.
+            Ok(r) if r.starts_with("-NOTOWNER") => {
+                if release_sent < sent + Duration::from_millis(LEASE_MS) {
+                    history.early_ends.push(format!(
+                        "{lock} token {token} through node {}: release sent {:?} after the \
+                         acquire was sent, within the {LEASE_MS} ms lease, got {r:?}",
+                        node + 1,
+                        release_sent - sent
+                    ));
+                } else {
+                    history.late_releases += 1;
+                }
+            }
             Ok(r) if r.starts_with('-') => *history.errors.entry(error_kind(&r)).or_default() += 1,
             Ok(_) => {}
             Err(_) => conn = None,
@@ -389,7 +409,15 @@ fn a_three_node_cluster_loses_no_lock_and_no_token_when_its_leader_is_killed() {
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
     let mut fences: BTreeMap<usize, u64> = BTreeMap::new();
     let mut releases = 0;
+    let mut late = 0;
+    let early: Vec<&String> = histories.iter().flat_map(|h| &h.early_ends).collect();
+    assert!(
+        early.is_empty(),
+        "leases ended early: {early:?}\n{}",
+        cluster.logs()
+    );
     for h in &histories {
+        late += h.late_releases;
         for g in &h.grants {
             by_name.entry(g.name).or_default().push(g.clone());
         }
@@ -402,9 +430,17 @@ fn a_three_node_cluster_loses_no_lock_and_no_token_when_its_leader_is_killed() {
         }
         releases += h.releases;
     }
+    let mut took = failovers.lock().unwrap().clone();
+    took.sort();
+    if let (Some(p50), Some(max)) = (took.get(took.len() / 2), took.last()) {
+        eprintln!(
+            "failover over {} kills: p50 {p50:?}, max {max:?}",
+            took.len()
+        );
+    }
     let total: usize = by_name.values().map(Vec::len).sum();
     eprintln!(
-        "{total} grants, {releases} releases, {} fence keys written, errors {errors:?}, failovers {:?}",
+        "{total} grants, {releases} releases ({late} after the client's own validity), {} fence keys written, errors {errors:?}, failovers {:?}",
         fences.len(),
         failovers.lock().unwrap()
     );

@@ -285,6 +285,15 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
                     field("raft_commit_index", &v.commit_index);
                     field("raft_applied_index", &v.applied_index);
                     field("raft_members", &v.members.len());
+                    field("raft_log_entries_appended", &v.log.entries_appended);
+                    field("raft_log_syncs", &v.log.syncs);
+                    field(
+                        "raft_log_entries_per_sync",
+                        &format!(
+                            "{:.2}",
+                            v.log.entries_appended as f64 / v.log.syncs.max(1) as f64
+                        ),
+                    );
                 }
             }
         }

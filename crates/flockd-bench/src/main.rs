@@ -7,6 +7,7 @@
 //! which server goes first round by round; the report gives the median of rounds.
 //! See docs/benchmarks.md.
 
+mod cluster;
 mod report;
 mod resp;
 mod servers;
@@ -78,6 +79,10 @@ struct Opts {
     /// rounds alternating on one flockd (0: skip).
     #[arg(long, default_value_t = 0)]
     subscribers: usize,
+    /// Also measure workload 2 on a single node (appendfsync always) against a 3-node
+    /// cluster, through its leader and through a follower.
+    #[arg(long)]
+    cluster: bool,
     /// The lease of the subscriber comparison's acquires (workload 1's is 5000 ms: a lease
     /// longer than the run keeps the expiry of earlier rounds' grants out of the comparison).
     #[arg(long, default_value_t = W1_LEASE_MS)]
@@ -572,6 +577,27 @@ async fn real_main(o: Opts) -> Result<ExitCode, String> {
             check_abort()?;
         }
         md.push('\n');
+    }
+
+    if o.cluster {
+        let conns = if plan.smoke { 8 } else { 64 };
+        let _ = writeln!(
+            md,
+            "#### Replication (workload 2: acquire+release cycles, 10k names, {conns} connections)\n"
+        );
+        let w = Workload {
+            id: "w2".into(),
+            title: "2. acquire+release, 10k names".into(),
+            conns,
+            load: Load::Cycle {
+                names: 10_000,
+                lease_ms: 5_000,
+                shared: false,
+            },
+        };
+        md.push_str(&cluster::cost(&flockd, &w, plan.rounds, plan.duration, &mut seed).await?);
+        md.push('\n');
+        check_abort()?;
     }
 
     if !plan.smoke && !o.no_cross_check && kinds.len() == 2 {

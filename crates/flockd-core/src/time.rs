@@ -24,14 +24,20 @@ impl Millis {
     }
 }
 
-/// A proposer's clock in log time: the process's monotonic clock, moved forward (never back)
-/// so that its readings follow the latest time already in the log. A restart starts it just
-/// after the last time in the file; a new Raft leader moves it past the last time applied.
+/// A proposer's clock in log time: the process's monotonic clock, set so that its readings
+/// follow the latest time already in the log. A restart starts it just after the last time in
+/// the file; a new Raft leader sets it just after the last time applied.
 /// The state machine never reads it: ops carry the time they were stamped with.
 pub struct Clock {
     origin: std::time::Instant,
-    /// Log time at `origin`; only grows.
-    base: std::sync::atomic::AtomicU64,
+    /// Log time at `origin`, in ms. Signed: a leader whose process has run longer than the
+    /// log's time (failovers pause log time, real time goes on) continues from a log time
+    /// below its own elapsed time.
+    base: std::sync::atomic::AtomicI64,
+}
+
+fn to_i64(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 impl Clock {
@@ -39,27 +45,35 @@ impl Clock {
     pub fn continuing_from(last: Millis) -> Clock {
         Clock {
             origin: std::time::Instant::now(),
-            base: std::sync::atomic::AtomicU64::new(last.0.saturating_add(1)),
+            base: std::sync::atomic::AtomicI64::new(to_i64(last.0).saturating_add(1)),
         }
+    }
+
+    fn elapsed_ms(&self) -> i64 {
+        i64::try_from(self.origin.elapsed().as_millis()).unwrap_or(i64::MAX)
     }
 
     pub fn now(&self) -> Millis {
         let base = self.base.load(std::sync::atomic::Ordering::Acquire);
-        Millis(base.saturating_add(self.origin.elapsed().as_millis() as u64))
+        Millis(base.saturating_add(self.elapsed_ms()).max(0) as u64)
     }
 
-    /// Moves the clock forward, if needed, so that its next reading is after `last`.
-    pub fn not_before(&self, last: Millis) {
-        let elapsed = self.origin.elapsed().as_millis() as u64;
-        let base = last.0.saturating_add(1).saturating_sub(elapsed);
-        self.base
-            .fetch_max(base, std::sync::atomic::Ordering::AcqRel);
+    /// Sets the clock so that its next reading is just after `last`, forward or back: for a new
+    /// Raft leader whose own clock never stamped anything in the log (its readings ran on
+    /// from its own start, which may be far ahead of the log's time). Call it before the clock
+    /// stamps anything.
+    pub fn continue_from(&self, last: Millis) {
+        let base = to_i64(last.0)
+            .saturating_add(1)
+            .saturating_sub(self.elapsed_ms());
+        self.base.store(base, std::sync::atomic::Ordering::Release);
     }
 
     /// The monotonic instant a log time falls on.
     pub fn instant(&self, at: Millis) -> std::time::Instant {
         let base = self.base.load(std::sync::atomic::Ordering::Acquire);
-        self.origin + std::time::Duration::from_millis(at.0.saturating_sub(base))
+        let since_origin = to_i64(at.0).saturating_sub(base).max(0) as u64;
+        self.origin + std::time::Duration::from_millis(since_origin)
     }
 }
 
@@ -68,15 +82,26 @@ mod clock_tests {
     use super::*;
 
     #[test]
-    fn a_clock_moved_forward_reads_after_the_time_given_and_never_goes_back() {
+    fn a_clock_continues_from_the_time_given_forward_or_back() {
         let clock = Clock::continuing_from(Millis(10));
         let first = clock.now();
         assert!(first > Millis(10));
-        clock.not_before(Millis(1_000_000));
+        clock.continue_from(Millis(1_000_000));
         let moved = clock.now();
         assert!(moved > Millis(1_000_000));
-        clock.not_before(Millis(5));
-        assert!(clock.now() >= moved);
-        assert!(clock.instant(moved) <= std::time::Instant::now());
+        assert!(clock.now() >= moved, "readings never go back by themselves");
+        clock.continue_from(Millis(20));
+        let back = clock.now();
+        assert!(back > Millis(20) && back < moved, "{back:?}");
+        // A process that ran longer than the log's time: the clock still continues from it.
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        clock.continue_from(Millis(0));
+        let early = clock.now();
+        assert!(
+            early < Millis(20),
+            "continues from the log, not from the process: {early:?}"
+        );
+        assert!(clock.instant(early) <= std::time::Instant::now());
+        assert!(clock.instant(Millis(early.0 + 60_000)) > std::time::Instant::now());
     }
 }

@@ -171,6 +171,15 @@ fn decode_entry(log_id: &WalLogId, payload: &WalPayload) -> io::Result<Entry> {
 #[derive(Clone)]
 pub struct LogStore {
     log: Arc<Mutex<RaftLog<WalTypes>>>,
+    /// Entries appended since the start (for entries per sync).
+    appended: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// How well appends share syncs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    pub entries_appended: u64,
+    pub syncs: u64,
 }
 
 impl LogStore {
@@ -181,7 +190,15 @@ impl LogStore {
         let log = RaftLog::open(Arc::new(config))?;
         Ok(LogStore {
             log: Arc::new(Mutex::new(log)),
+            appended: Arc::default(),
         })
+    }
+
+    pub fn stats(&self) -> LogStats {
+        LogStats {
+            entries_appended: self.appended.load(std::sync::atomic::Ordering::Relaxed),
+            syncs: self.log.lock().stat().flush_metrics.sync_batch_count,
+        }
     }
 
     /// Whether nothing was ever written (no vote, no entry): a node that may form a new cluster.
@@ -275,19 +292,8 @@ impl RaftLogStorage<FlockRaft> for LogStore {
         .map_err(io::Error::other)?
     }
 
-    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
-        // Not synced on its own: the commit index is a hint that lets a restart apply sooner.
-        if let Some(committed) = committed {
-            let mut log = self.log.lock();
-            log.commit(WalLogId::from(&committed))?;
-            log.flush(false, None)?;
-        }
-        Ok(())
-    }
-
-    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
-        Ok(self.log.lock().log_state().committed().map(LogId::from))
-    }
+    // The commit index is not kept (openraft's default): a restarted node learns it from the
+    // leader, and one record fewer per commit keeps the flush worker on the entries.
 
     async fn append<I>(
         &mut self,
@@ -307,6 +313,8 @@ impl RaftLogStorage<FlockRaft> for LogStore {
                 ))
             })
             .collect::<io::Result<Vec<_>>>()?;
+        self.appended
+            .fetch_add(records.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let mut log = self.log.lock();
         log.append(records)?;
         // Returns at once; the flush worker syncs and then tells openraft.

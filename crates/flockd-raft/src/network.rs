@@ -306,8 +306,31 @@ fn unreachable<E: std::error::Error + 'static>(e: E) -> RPCError<FlockRaft> {
     RPCError::Unreachable(Unreachable::new(&e))
 }
 
+fn vote_response(response: Response) -> Result<VoteResponse<FlockRaft>, Response> {
+    match response {
+        Response::Vote(response) => Ok(response),
+        other => Err(other),
+    }
+}
+
 fn unexpected(response: Response) -> NetError {
     NetError::Remote(format!("unexpected response {response:?}"))
+}
+
+impl PeerNetwork {
+    /// One request and the response `pick` expects; anything else is the peer unreachable
+    /// (openraft backs off and tries again).
+    async fn rpc<T>(
+        &self,
+        request: Request,
+        option: &RPCOption,
+        pick: fn(Response) -> Result<T, Response>,
+    ) -> Result<T, RPCError<FlockRaft>> {
+        match self.client.call(&request, option.hard_ttl()).await {
+            Ok(response) => pick(response).map_err(|other| unreachable(unexpected(other))),
+            Err(e) => Err(unreachable(e)),
+        }
+    }
 }
 
 impl RaftNetworkV2<FlockRaft> for PeerNetwork {
@@ -318,15 +341,11 @@ impl RaftNetworkV2<FlockRaft> for PeerNetwork {
         rpc: AppendEntriesRequest<FlockRaft>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<FlockRaft>, RPCError<FlockRaft>> {
-        match self
-            .client
-            .call(&Request::Append(rpc), option.hard_ttl())
-            .await
-        {
-            Ok(Response::Append(response)) => Ok(response),
-            Ok(other) => Err(unreachable(unexpected(other))),
-            Err(e) => Err(unreachable(e)),
-        }
+        self.rpc(Request::Append(rpc), &option, |r| match r {
+            Response::Append(response) => Ok(response),
+            other => Err(other),
+        })
+        .await
     }
 
     async fn vote(
@@ -334,15 +353,7 @@ impl RaftNetworkV2<FlockRaft> for PeerNetwork {
         rpc: VoteRequest<FlockRaft>,
         option: RPCOption,
     ) -> Result<VoteResponse<FlockRaft>, RPCError<FlockRaft>> {
-        match self
-            .client
-            .call(&Request::Vote(rpc), option.hard_ttl())
-            .await
-        {
-            Ok(Response::Vote(response)) => Ok(response),
-            Ok(other) => Err(unreachable(unexpected(other))),
-            Err(e) => Err(unreachable(e)),
-        }
+        self.rpc(Request::Vote(rpc), &option, vote_response).await
     }
 
     async fn pre_vote(
@@ -350,15 +361,8 @@ impl RaftNetworkV2<FlockRaft> for PeerNetwork {
         rpc: VoteRequest<FlockRaft>,
         option: RPCOption,
     ) -> Result<VoteResponse<FlockRaft>, RPCError<FlockRaft>> {
-        match self
-            .client
-            .call(&Request::PreVote(rpc), option.hard_ttl())
+        self.rpc(Request::PreVote(rpc), &option, vote_response)
             .await
-        {
-            Ok(Response::Vote(response)) => Ok(response),
-            Ok(other) => Err(unreachable(unexpected(other))),
-            Err(e) => Err(unreachable(e)),
-        }
     }
 
     async fn transfer_leader(
@@ -366,15 +370,11 @@ impl RaftNetworkV2<FlockRaft> for PeerNetwork {
         req: TransferLeaderRequest<FlockRaft>,
         option: RPCOption,
     ) -> Result<TransferLeaderResponse<FlockRaft>, RPCError<FlockRaft>> {
-        match self
-            .client
-            .call(&Request::TransferLeader(req), option.hard_ttl())
-            .await
-        {
-            Ok(Response::TransferLeader(response)) => Ok(response),
-            Ok(other) => Err(unreachable(unexpected(other))),
-            Err(e) => Err(unreachable(e)),
-        }
+        self.rpc(Request::TransferLeader(req), &option, |r| match r {
+            Response::TransferLeader(response) => Ok(response),
+            other => Err(other),
+        })
+        .await
     }
 
     async fn full_snapshot(

@@ -100,6 +100,7 @@ pub struct ClusterView {
     pub members: Vec<Member>,
     /// Whether this node has heard from a leader lately (a follower's "connected").
     pub leader_reachable: bool,
+    pub log: crate::log_store::LogStats,
 }
 
 impl ClusterView {
@@ -116,8 +117,12 @@ struct Node {
     pending: Arc<PendingTable>,
     clock: Arc<Clock>,
     host: Arc<dyn Host>,
+    log: LogStore,
     /// True once this node leads and has re-armed the leases: the expiry task may run.
     leading: watch::Sender<bool>,
+    /// True once this node leads and its clock continues from the log's time: only then does
+    /// it stamp proposals.
+    in_office: std::sync::atomic::AtomicBool,
 }
 
 /// A running cluster node.
@@ -232,6 +237,10 @@ impl Cluster {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(settings.snapshot_every),
             max_in_snapshot_log_to_keep: 1000,
             enable_pre_vote: Some(true),
+            // Replicate an entry as soon as it is appended here, not once it is synced here: the
+            // leader's sync and the followers' run at the same time (a commit still needs a
+            // majority of synced copies, the leader's own counted only once it is synced).
+            broadcast_submitted_on_append: Some(true),
             ..Default::default()
         };
         let config = Arc::new(
@@ -244,6 +253,7 @@ impl Cluster {
             peers: peers.clone(),
             transfers: Arc::new(AtomicU64::new(1)),
         };
+        let log_stats = log.clone();
         let raft = openraft::Raft::new(settings.node_id, config, network, log, store.clone())
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
@@ -264,7 +274,9 @@ impl Cluster {
             pending,
             clock,
             host,
+            log: log_stats,
             leading,
+            in_office: std::sync::atomic::AtomicBool::new(false),
         });
         tokio::spawn(serve_peers(listener, node.clone(), store));
         // The first start of the member with the smallest id in the peers forms the cluster
@@ -301,6 +313,8 @@ impl Cluster {
             move |_| {
                 let node = stop.clone();
                 async move {
+                    node.in_office
+                        .store(false, std::sync::atomic::Ordering::Release);
                     node.leading.send_replace(false);
                     info!(node = node.me.node, "no longer the leader");
                 }
@@ -403,11 +417,30 @@ fn write_error(
 /// plus the longest election timeout (a failover lengthens a lease, never shortens it).
 async fn take_office(node: Arc<Node>) {
     info!(node = node.me.node, "took office as the leader");
-    if let Err(e) = node.raft.write_blank().await {
-        warn!("lost the leadership while taking office: {e}");
-        return;
+    // openraft reports the committed vote a moment before its leader state takes writes: a
+    // write then is told to forward to nobody. Try again while this node is still the one
+    // voted for, for up to an election timeout.
+    let deadline = Instant::now() + Duration::from_millis(node.settings.election_timeout_ms);
+    loop {
+        match node.raft.write_blank().await {
+            Ok(_) => break,
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))
+                if f.leader_id.is_none_or(|id| id == node.me.node) && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => {
+                warn!("lost the leadership while taking office: {e}");
+                return;
+            }
+        }
     }
-    node.clock.not_before(node.host.time());
+    // This node's clock ran on from its own start: it may be far ahead of the log's time
+    // (it started before the last leader did), and stamping with it would end every lease at
+    // once. Nothing was stamped with it as leader yet, so it continues from the log's time.
+    node.clock.continue_from(node.host.time());
+    node.in_office
+        .store(true, std::sync::atomic::Ordering::Release);
     let extra_ms = node.settings.election_timeout_ms * 2;
     match node.propose(vec![Op::Rearm { extra_ms }]).await {
         Ok(Ok(results)) => info!("re-armed every live lease as the new leader: {results:?}"),
@@ -485,8 +518,14 @@ impl Node {
         }
     }
 
-    /// Proposes on this node as the leader: stamped with the leader's clock.
+    /// Proposes on this node as the leader: stamped with the leader's clock, once it is in
+    /// office (until then the proposer tries again shortly).
     async fn write_here(&self, mut proposal: Proposal) -> Forwarded {
+        if !self.in_office.load(std::sync::atomic::Ordering::Acquire) {
+            return Forwarded::NotLeader {
+                leader: Some(self.me.node),
+            };
+        }
         proposal.at = self.clock.now();
         match self.raft.client_write(proposal).await {
             Ok(_) => Forwarded::Committed,
@@ -568,6 +607,7 @@ impl Node {
             applied_index,
             members,
             leader_reachable: m.current_leader.is_some(),
+            log: self.log.stats(),
         }
     }
 }
@@ -594,27 +634,26 @@ async fn serve_peers(listener: TcpListener, node: Arc<Node>, store: MachineStore
     }
 }
 
+/// A peer's answer: the response, or the error's text.
+fn answer<T, E: std::fmt::Display>(result: Result<T, E>, wrap: fn(T) -> Response) -> Response {
+    match result {
+        Ok(r) => wrap(r),
+        Err(e) => Response::Failed(e.to_string()),
+    }
+}
+
 impl PeerHandler for Node {
     fn handle(&self, request: Request) -> BoxFuture<'_, Response> {
         Box::pin(async move {
             let raft = &self.raft;
             match request {
-                Request::Append(rpc) => match raft.append_entries(rpc).await {
-                    Ok(r) => Response::Append(r),
-                    Err(e) => Response::Failed(e.to_string()),
-                },
-                Request::Vote(rpc) => match raft.vote(rpc).await {
-                    Ok(r) => Response::Vote(r),
-                    Err(e) => Response::Failed(e.to_string()),
-                },
-                Request::PreVote(rpc) => match raft.pre_vote(rpc).await {
-                    Ok(r) => Response::Vote(r),
-                    Err(e) => Response::Failed(e.to_string()),
-                },
-                Request::TransferLeader(rpc) => match raft.handle_transfer_leader(rpc).await {
-                    Ok(r) => Response::TransferLeader(r),
-                    Err(e) => Response::Failed(e.to_string()),
-                },
+                Request::Append(rpc) => answer(raft.append_entries(rpc).await, Response::Append),
+                Request::Vote(rpc) => answer(raft.vote(rpc).await, Response::Vote),
+                Request::PreVote(rpc) => answer(raft.pre_vote(rpc).await, Response::Vote),
+                Request::TransferLeader(rpc) => answer(
+                    raft.handle_transfer_leader(rpc).await,
+                    Response::TransferLeader,
+                ),
                 Request::Forward(proposal) => Response::Forwarded(self.write_here(proposal).await),
                 Request::SnapshotBegin { .. }
                 | Request::SnapshotChunk { .. }
