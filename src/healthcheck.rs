@@ -2,6 +2,8 @@
 //! daemon), authenticates if a password is set, and expects +PONG. The container HEALTHCHECK
 //! uses it, so the image needs no redis-cli. Any other reply is shown in full (its whole line,
 //! up to 512 bytes, escaped), so a failing check says why: `-WRONGPASS ...`, `-LOADING ...`.
+//! A cluster node (`node-id` configured) is ready only while it knows a leader: the check then
+//! also reads `INFO replication` and fails while `raft_leader_id` is 0.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -21,10 +23,15 @@ pub fn run(config: &Config) -> ExitCode {
     } else {
         config.bind
     };
-    match ping(
-        SocketAddr::new(host, config.port),
-        config.requirepass.as_deref(),
-    ) {
+    let addr = SocketAddr::new(host, config.port);
+    let checked = ping(addr, config.requirepass.as_deref()).and_then(|stream| {
+        if config.cluster.is_some() {
+            leader_known(stream, addr)
+        } else {
+            Ok(())
+        }
+    });
+    match checked {
         Ok(()) => {
             println!("PONG");
             ExitCode::SUCCESS
@@ -36,7 +43,56 @@ pub fn run(config: &Config) -> ExitCode {
     }
 }
 
-fn ping(addr: SocketAddr, password: Option<&str>) -> Result<(), String> {
+/// Reads `INFO replication` on the connection: `Ok` if it names a leader.
+fn leader_known(mut stream: TcpStream, addr: SocketAddr) -> Result<(), String> {
+    stream
+        .write_all(b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 1024];
+    // A bulk (RESP2) or verbatim (RESP3) string: its header line, then that many bytes.
+    let body = loop {
+        if let Some(header_end) = got.windows(2).position(|w| w == b"\r\n") {
+            let header = String::from_utf8_lossy(&got[..header_end]).into_owned();
+            let len: usize = header
+                .get(1..)
+                .and_then(|n| n.parse().ok())
+                .filter(|_| header.starts_with('$') || header.starts_with('='))
+                .ok_or_else(|| {
+                    format!(
+                        "unexpected reply to INFO from {addr}: \"{}\"",
+                        shown(header.as_bytes())
+                    )
+                })?;
+            if len > 1 << 20 {
+                return Err(format!("INFO reply of {len} bytes from {addr}"));
+            }
+            let start = header_end + 2;
+            if got.len() >= start + len {
+                break String::from_utf8_lossy(&got[start..start + len]).into_owned();
+            }
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => return Err(format!("{addr} closed the connection during INFO")),
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+            Err(e) => return Err(format!("no INFO reply from {addr}: {e}")),
+        }
+    };
+    match body
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("raft_leader_id:"))
+    {
+        Some("0") => Err(format!(
+            "{addr} answers, but no cluster leader is known (raft_leader_id:0)"
+        )),
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "{addr} is configured as a cluster node but INFO replication has no raft_leader_id"
+        )),
+    }
+}
+
+fn ping(addr: SocketAddr, password: Option<&str>) -> Result<TcpStream, String> {
     let timeout = Duration::from_secs(3);
     let mut stream = TcpStream::connect_timeout(&addr, timeout)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
@@ -65,7 +121,7 @@ fn ping(addr: SocketAddr, password: Option<&str>) -> Result<(), String> {
     let mut chunk = [0u8; 256];
     loop {
         if got.starts_with(expected) {
-            return Ok(());
+            return Ok(stream);
         }
         if let Some(line) = unexpected_line(&got, expected) {
             let request = requests[line.index.min(requests.len() - 1)];

@@ -542,6 +542,8 @@ fn role_info_and_cluster_nodes_describe_the_members() {
     let role = l.call(&["ROLE"]).unwrap();
     assert!(role.starts_with("*3\r\n$6\r\nmaster\r\n:"), "{role:?}");
     assert_eq!(role.matches("$9\r\n127.0.0.1\r\n").count(), 2, "{role:?}");
+    let (ok, out) = ping_node(&cluster, follower);
+    assert!(ok, "ping of a follower with a leader failed: {out}");
     let info = cluster.replication(follower);
     assert_eq!(info.get("role").map(String::as_str), Some("slave"));
     assert_eq!(info.get("raft_state").map(String::as_str), Some("follower"));
@@ -593,6 +595,28 @@ fn a_node_without_a_majority_answers_clusterdown_and_keeps_the_connection() {
         "a read without a majority: {reply:?}"
     );
     assert_eq!(c.call(&["PING"]).unwrap(), "+PONG\r\n");
+    // The health check fails while no leader is known, and says why.
+    let (ok, out) = ping_node(&cluster, survivor);
+    assert!(!ok, "ping passed without a leader: {out}");
+    assert!(out.contains("no cluster leader is known"), "{out}");
+}
+
+/// `flockd ping` with node `i`'s settings: (success, what it printed).
+fn ping_node(cluster: &Cluster, i: usize) -> (bool, String) {
+    let port = cluster.ports[i].to_string();
+    let id = (i + 1).to_string();
+    let peers = cluster.peers_for(i);
+    let out = std::process::Command::new(common::BIN)
+        .args(["--bind", "127.0.0.1", "--port", &port, "--node-id", &id])
+        .args(["--cluster-peers", &peers, "ping"])
+        .output()
+        .expect("run flockd ping");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
 }
 
 #[test]

@@ -63,6 +63,15 @@ impl MetricsSource for DaemonMetrics {
     fn ready(&self) -> Result<(), String> {
         match self.shared.get() {
             Some(shared) if shared.shutdown.is_cancelled() => Err("shutting down".into()),
+            // A cluster node without a leader cannot commit anything: not ready.
+            Some(shared)
+                if shared
+                    .cluster
+                    .as_ref()
+                    .is_some_and(|c| c.view().leader.is_none()) =>
+            {
+                Err("no cluster leader is known".into())
+            }
             Some(_) => Ok(()),
             None => Err("loading the append-only file".into()),
         }

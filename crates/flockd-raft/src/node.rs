@@ -27,7 +27,10 @@ use crate::peer_server::{BoxFuture, PeerHandler, serve_connection};
 use crate::peers::{Peer, parse_addr};
 use crate::pending::{Outcome, PendingTable};
 use crate::state_machine::{Host, MachineStore, Me};
-use crate::types::{NodeId, Origin, Proposal, Raft};
+use crate::types::{FlockRaft, NodeId, Origin, Proposal};
+
+/// The openraft instance of a node.
+type Raft = openraft::Raft<FlockRaft, MachineStore>;
 
 /// How a node runs, from flockd's configuration.
 #[derive(Clone, Debug)]
@@ -123,12 +126,14 @@ struct Node {
     /// True once this node leads and its clock continues from the log's time: only then does
     /// it stamp proposals.
     in_office: std::sync::atomic::AtomicBool,
+    /// When a leader's append (or heartbeat) last arrived.
+    last_append: parking_lot::Mutex<Option<Instant>>,
 }
 
 /// A running cluster node.
 pub struct Cluster {
     node: Arc<Node>,
-    _leader_watch: openraft::WatchChangeHandle<crate::types::FlockRaft>,
+    _leader_watch: openraft::WatchChangeHandle<FlockRaft>,
 }
 
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StartError + '_ {
@@ -277,6 +282,7 @@ impl Cluster {
             log: log_stats,
             leading,
             in_office: std::sync::atomic::AtomicBool::new(false),
+            last_append: parking_lot::Mutex::new(None),
         });
         tokio::spawn(serve_peers(listener, node.clone(), store));
         // The first start of the member with the smallest id in the peers forms the cluster
@@ -400,9 +406,7 @@ impl Cluster {
     }
 }
 
-fn write_error(
-    e: RaftError<crate::types::FlockRaft, ClientWriteError<crate::types::FlockRaft>>,
-) -> String {
+fn write_error(e: RaftError<FlockRaft, ClientWriteError<FlockRaft>>) -> String {
     match e {
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => match f.leader_id {
             Some(l) => format!("this node is not the leader (node {l} is)"),
@@ -598,15 +602,21 @@ impl Node {
                 }
             })
             .collect();
+        // openraft keeps naming the last leader while no other is elected; a follower that
+        // has not heard from it for two election timeouts knows no leader.
+        let heard = self.last_append.lock().is_some_and(|at| {
+            at.elapsed() < Duration::from_millis(self.settings.election_timeout_ms * 2)
+        });
+        let leader = m.current_leader.filter(|id| *id == self.me.node || heard);
         ClusterView {
             node_id: self.me.node,
             role,
-            leader: m.current_leader,
+            leader,
             term: m.current_term,
             commit_index: m.local_committed.map_or(0, |id| id.index),
             applied_index,
             members,
-            leader_reachable: m.current_leader.is_some(),
+            leader_reachable: leader.is_some(),
             log: self.log.stats(),
         }
     }
@@ -647,7 +657,10 @@ impl PeerHandler for Node {
         Box::pin(async move {
             let raft = &self.raft;
             match request {
-                Request::Append(rpc) => answer(raft.append_entries(rpc).await, Response::Append),
+                Request::Append(rpc) => {
+                    *self.last_append.lock() = Some(Instant::now());
+                    answer(raft.append_entries(rpc).await, Response::Append)
+                }
                 Request::Vote(rpc) => answer(raft.vote(rpc).await, Response::Vote),
                 Request::PreVote(rpc) => answer(raft.pre_vote(rpc).await, Response::Vote),
                 Request::TransferLeader(rpc) => answer(
@@ -671,7 +684,7 @@ impl PeerHandler for Node {
         file: crate::state_machine::SnapshotFile,
     ) -> BoxFuture<'_, Response> {
         Box::pin(async move {
-            let snapshot = openraft::alias::SnapshotOf::<crate::types::FlockRaft, _> {
+            let snapshot = openraft::alias::SnapshotOf::<FlockRaft, _> {
                 meta,
                 snapshot: file,
             };

@@ -18,7 +18,6 @@ openraft::declare_raft_types!(
 );
 
 pub type NodeId = u64;
-pub type Raft = openraft::Raft<FlockRaft, crate::state_machine::MachineStore>;
 pub type LogId = openraft::alias::LogIdOf<FlockRaft>;
 pub type Vote = openraft::alias::VoteOf<FlockRaft>;
 pub type Entry = openraft::alias::EntryOf<FlockRaft>;
