@@ -96,13 +96,12 @@ pub struct Member {
 pub struct ClusterView {
     pub node_id: NodeId,
     pub role: Role,
+    /// The leader this node hears from (itself, if it leads); `None` while it hears none.
     pub leader: Option<NodeId>,
     pub term: u64,
     pub commit_index: u64,
     pub applied_index: u64,
     pub members: Vec<Member>,
-    /// Whether this node has heard from a leader lately (a follower's "connected").
-    pub leader_reachable: bool,
     pub log: crate::log_store::LogStats,
 }
 
@@ -350,10 +349,6 @@ impl Cluster {
 
     pub fn view(&self) -> ClusterView {
         self.node.view()
-    }
-
-    pub fn settings(&self) -> &ClusterSettings {
-        &self.node.settings
     }
 
     /// FLOCK.CLUSTER ADD: the node joins as a learner, catches up, then becomes a voter.
@@ -616,7 +611,6 @@ impl Node {
             commit_index: m.local_committed.map_or(0, |id| id.index),
             applied_index,
             members,
-            leader_reachable: leader.is_some(),
             log: self.log.stats(),
         }
     }

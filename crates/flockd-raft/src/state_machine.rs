@@ -173,10 +173,6 @@ impl MachineStore {
         self.dir.join(format!("receiving-{id}.tmp"))
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Proposals remembered by the dedup table.
     pub fn remembered(&self) -> usize {
         self.inner.lock().dedup.remembered()
