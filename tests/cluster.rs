@@ -886,3 +886,41 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+#[test]
+fn a_whole_cluster_restarted_keeps_its_locks_and_rearms_their_leases() {
+    let mut cluster = Cluster::start(NODES);
+    cluster.wait_for_leader(Duration::from_secs(20));
+    let token = int(&cluster.call(1, &["FLOCK.ACQUIRE", "kept", "60000"]));
+    assert_eq!(
+        cluster.call(2, &["FENCE.SET", "kept-fence", &token.to_string(), "v"]),
+        ":1\r\n"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    // Every node at once, by SIGKILL: nothing acknowledged may be lost.
+    for i in 0..NODES {
+        cluster.kill(i);
+    }
+    for i in 0..NODES {
+        cluster.start_node(i);
+    }
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    // Still held, by the same token, with a lease re-armed to its full length (plus the
+    // longest election timeout) by the new leader, not 1.5 s shorter.
+    assert_eq!(
+        cluster.call(leader, &["FLOCK.ACQUIRE", "kept", "1000"]),
+        "$-1\r\n"
+    );
+    assert_eq!(int(&cluster.call(0, &["FLOCK.TOKEN", "kept"])), token);
+    let ttl = int(&cluster.call(0, &["FLOCK.TTL", "kept"]));
+    assert!(ttl > 59_000, "the lease was not re-armed: {ttl} ms left");
+    assert_eq!(int(&cluster.call(2, &["FENCE.TOKEN", "kept-fence"])), token);
+    assert_eq!(
+        cluster.call(1, &["FLOCK.RELEASE", "kept", &token.to_string()]),
+        ":1\r\n"
+    );
+    assert_eq!(
+        int(&cluster.call(2, &["FLOCK.ACQUIRE", "kept", "1000"])),
+        token + 1
+    );
+}

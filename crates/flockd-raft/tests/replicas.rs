@@ -169,3 +169,33 @@ async fn a_snapshot_installed_elsewhere_gives_the_same_state() {
     let (applied, _) = follower.store.applied_state().await.expect("state");
     assert_eq!(applied.map(|id| id.index), Some(60));
 }
+
+#[tokio::test]
+async fn a_forcerelease_logged_again_after_a_new_grant_does_not_end_the_new_holding() {
+    let mut r = replica(1);
+    let force = proposal(
+        2,
+        1,
+        110,
+        vec![Op::ForceRelease {
+            name: Bytes::from_static(b"retried"),
+        }],
+    );
+    feed(
+        &mut r.store,
+        vec![
+            entry(1, proposal(2, 0, 100, vec![acquire("retried")])),
+            entry(2, force.clone()),
+            // Another node's client gets the lock (token 2) ...
+            entry(3, proposal(3, 0, 120, vec![acquire("retried")])),
+            // ... and then the first force-release reaches the log again (forwarded a second
+            // time after a leader change).
+            entry(4, force),
+        ],
+    )
+    .await;
+    let machine = r.host.machine.read();
+    let status = machine.status(b"retried", Millis(130));
+    assert!(status.locked, "the retry ended the new holding");
+    assert_eq!(status.token, Some(2));
+}
