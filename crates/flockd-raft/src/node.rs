@@ -236,8 +236,13 @@ impl Cluster {
         let config = Config {
             cluster_name: "flockd".to_owned(),
             heartbeat_interval: settings.heartbeat_ms,
-            election_timeout_min: settings.election_timeout_ms,
-            election_timeout_max: settings.election_timeout_ms * 2,
+            // openraft waits its leader lease (its `election_timeout_max`) after the last
+            // heartbeat and then a random time between min and max before it campaigns. So that
+            // an election starts between the contract's timeout and twice it after the last
+            // heartbeat, the lease is the timeout and the random part the rest, as wide as
+            // openraft allows (min above one heartbeat) to keep split votes rare.
+            election_timeout_min: settings.heartbeat_ms + 1,
+            election_timeout_max: settings.election_timeout_ms,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(settings.snapshot_every),
             max_in_snapshot_log_to_keep: 1000,
             enable_pre_vote: Some(true),
