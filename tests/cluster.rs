@@ -233,6 +233,17 @@ struct History {
     /// Leases that ended before their length since the acquire was sent.
     early_ends: Vec<String>,
     errors: BTreeMap<String, u64>,
+    /// Every acknowledged FENCE.SET: key, token, when its reply came.
+    fence_writes: Vec<(usize, u64, Instant)>,
+    /// FENCE.TOKEN reads through another node than the writes': key, when sent, what it saw.
+    fence_reads: Vec<FenceRead>,
+}
+
+struct FenceRead {
+    name: usize,
+    sent: Instant,
+    seen: u64,
+    node: usize,
 }
 
 fn error_kind(reply: &str) -> String {
@@ -249,6 +260,7 @@ fn client_loop(addrs: Vec<SocketAddr>, seed: u64, stop: Arc<AtomicBool>) -> Hist
     let mut history = History::default();
     let mut node = rng.below(addrs.len() as u64) as usize;
     let mut conn: Option<Client> = None;
+    let mut reader: Option<(usize, Client)> = None;
     let started = Instant::now();
     while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(300) {
         if conn.is_none() {
@@ -298,12 +310,34 @@ fn client_loop(addrs: Vec<SocketAddr>, seed: u64, stop: Arc<AtomicBool>) -> Hist
             Ok(r) if r == ":1\r\n" => {
                 let best = history.fences.entry(name).or_default();
                 *best = (*best).max(token);
+                history.fence_writes.push((name, token, Instant::now()));
             }
             Ok(r) if r.starts_with('-') => *history.errors.entry(error_kind(&r)).or_default() += 1,
             Ok(_) => {}
             Err(_) => {
                 conn = None;
                 continue;
+            }
+        }
+        // A read of any key through another node: checked against every client's writes.
+        if reader.is_none() {
+            let other = (node + 1 + rng.below(addrs.len() as u64 - 1) as usize) % addrs.len();
+            reader = Client::connect(addrs[other]).ok().map(|c| (other, c));
+        }
+        if let Some((other, r)) = reader.as_mut() {
+            let read_name = rng.below(NAMES as u64) as usize;
+            let sent = Instant::now();
+            match r.call(&["FENCE.TOKEN", &format!("cl-fence-{read_name}")]) {
+                Ok(reply) if reply.starts_with(':') => history.fence_reads.push(FenceRead {
+                    name: read_name,
+                    sent,
+                    seen: int(&reply),
+                    node: *other,
+                }),
+                Ok(reply) if reply.starts_with('-') => {
+                    *history.errors.entry(error_kind(&reply)).or_default() += 1
+                }
+                _ => reader = None,
             }
         }
         let release_sent = Instant::now();
@@ -475,6 +509,36 @@ fn a_three_node_cluster_loses_no_lock_and_no_token_when_its_leader_is_killed() {
             }
         }
     }
+    // Reads are linearizable: a read sent after a fence write was acknowledged (through any
+    // node) sees that token or a later one.
+    let mut writes: BTreeMap<usize, Vec<(u64, Instant)>> = BTreeMap::new();
+    for h in &histories {
+        for (name, token, replied) in &h.fence_writes {
+            writes.entry(*name).or_default().push((*token, *replied));
+        }
+    }
+    let mut reads = 0;
+    for h in &histories {
+        for r in &h.fence_reads {
+            reads += 1;
+            let newest = writes
+                .get(&r.name)
+                .into_iter()
+                .flatten()
+                .filter(|(_, replied)| *replied < r.sent)
+                .map(|(token, _)| *token)
+                .max()
+                .unwrap_or(0);
+            assert!(
+                r.seen >= newest,
+                "stale read through node {}: FENCE.TOKEN cl-fence-{} saw {} after token {newest} was acknowledged",
+                r.node + 1,
+                r.name,
+                r.seen
+            );
+        }
+    }
+    eprintln!("{reads} reads through other nodes, none stale");
     // Only a leader change may refuse a command, and only with -CLUSTERDOWN.
     for kind in errors.keys() {
         assert!(

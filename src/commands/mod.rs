@@ -70,6 +70,7 @@ use flockd_proto::Reply;
 use flockd_core::{Op, OpResult};
 
 use crate::server::context::{CommandResult, Ctx, Outcome, Proposal};
+use crate::server::propose::ReadPoint;
 
 /// What every command file provides.
 pub trait CommandDef: Sized {
@@ -109,11 +110,10 @@ macro_rules! dispatch {
         Execution::Local(LocalCommand::run($cmd, $ctx))
     };
     (read, $cmd:expr, $ctx:expr, $ty:ty) => {
-        if $ctx.shared.log.reads_through_log() {
-            Execution::State(proposal::<$ty>($cmd))
-        } else {
-            Execution::Local(read_now($cmd, $ctx))
-        }
+        Execution::Local(match $ctx.shared.log.read_point() {
+            None => read_now($cmd, $ctx),
+            Some(point) => read_at(point, $cmd, $ctx),
+        })
     };
     (state, $cmd:expr, $ctx:expr, $ty:ty) => {
         Execution::State(proposal::<$ty>($cmd))
@@ -140,17 +140,40 @@ fn proposal<T: StateCommand>(cmd: T) -> Proposal {
 }
 
 /// A read runs at once against the applied state, with the same op and reply it has inside a
-/// transaction. On a cluster node it is proposed instead (see `dispatch!`): applied in log
-/// order on every node, it reflects every write committed before it, wherever it is asked.
+/// transaction.
 fn read_now<T: StateCommand>(cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
-    let op = cmd.into_op();
-    let Op::Read(read) = &op else {
-        return Err(CommandError::UnexpectedResult(format!(
-            "{op:?} is not a read"
-        )));
-    };
-    let result = ctx.machine().read(read, ctx.now);
+    let read = read_of(cmd)?;
+    let result = ctx.machine().read(&read, ctx.now);
     T::reply(result).map(Outcome::Reply)
+}
+
+/// A read on a cluster node: once the node's applied state holds every write committed before
+/// the read arrived (the leader's read point), it runs there, judging leases by the leader's
+/// clock at that point. So it is linearizable on any node without an entry in the log.
+fn read_at<T: StateCommand>(point: ReadPoint, cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
+    let read = read_of(cmd)?;
+    let host = ctx.shared.host.clone();
+    Ok(Outcome::Await(Box::pin(async move {
+        let replied = match point.await {
+            Ok(at) => {
+                let machine = host.read();
+                // Entries applied here after the read point may carry later stamps.
+                let now = at.max(machine.time());
+                T::reply(machine.read(&read, now))
+            }
+            Err(e) => Err(CommandError::from(e)),
+        };
+        replied.unwrap_or_else(|e| Reply::error(e.to_string()))
+    })))
+}
+
+fn read_of<T: StateCommand>(cmd: T) -> Result<flockd_core::Read, CommandError> {
+    match cmd.into_op() {
+        Op::Read(read) => Ok(read),
+        op => Err(CommandError::UnexpectedResult(format!(
+            "{op:?} is not a read"
+        ))),
+    }
 }
 
 macro_rules! kind_is_state {

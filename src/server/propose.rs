@@ -91,10 +91,15 @@ pub trait Propose: Send + Sync + 'static {
     /// True while this node may run the lease clock (expire leases, forget idle names): always
     /// for a single node, only on a cluster's leader once it re-armed the leases.
     fn leadership(&self) -> watch::Receiver<bool>;
-    /// Whether reads must go through the log to be linearizable (a cluster node's may not be
-    /// up to date); a single node answers them from its applied state.
-    fn reads_through_log(&self) -> bool;
+    /// What a linearizable read must wait for before it reads the applied state, resolving to
+    /// the time it judges leases by. `None`: read now (a single node's applied state is
+    /// always current). A cluster node's may lag, so it waits for the leader's read point.
+    fn read_point(&self) -> Option<ReadPoint>;
 }
+
+/// A read's wait for a point where this node's applied state is current.
+pub type ReadPoint =
+    Pin<Box<dyn Future<Output = Result<flockd_core::Millis, ProposeError>> + Send>>;
 
 /// The single-node log: the append-only file.
 pub struct LocalLog {
@@ -128,8 +133,8 @@ impl Propose for LocalLog {
         self.leading.subscribe()
     }
 
-    fn reads_through_log(&self) -> bool {
-        false
+    fn read_point(&self) -> Option<ReadPoint> {
+        None
     }
 }
 
@@ -160,8 +165,9 @@ impl Propose for ClusterLog {
         self.cluster.leadership()
     }
 
-    fn reads_through_log(&self) -> bool {
-        true
+    fn read_point(&self) -> Option<ReadPoint> {
+        let cluster = self.cluster.clone();
+        Some(Box::pin(async move { Ok(cluster.read_point().await?) }))
     }
 }
 

@@ -121,10 +121,11 @@ fn flockd_target(addr: SocketAddr) -> Target {
     }
 }
 
-/// The markdown section: medians over rounds and the two ratios the cluster goals name.
+/// The markdown section: per workload, medians over rounds and the two ratios the cluster
+/// goals name, all on the same three servers.
 pub async fn cost(
     flockd: &Path,
-    w: &Workload,
+    workloads: &[Workload],
     rounds: usize,
     duration: Duration,
     seed: &mut u64,
@@ -143,23 +144,9 @@ pub async fn cost(
             flockd_target(cluster.addrs[follower]),
         ),
     ];
-    let mut results: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
-    let mut errors = vec![0u64; targets.len()];
-    for round in 0..rounds {
-        for k in 0..targets.len() {
-            let which = (round + k) % targets.len();
-            let (label, target) = &targets[which];
-            *seed += 1;
-            let r = workloads::run(target, w, duration, *seed).await;
-            eprintln!(
-                "  [cluster] {} round {}/{rounds} {label:<38} {:>10} cycles/s",
-                w.title,
-                round + 1,
-                report::fmt_int(r.throughput())
-            );
-            results[which].push(r.throughput());
-            errors[which] += r.counts.errors;
-        }
+    let mut md = String::new();
+    for w in workloads {
+        md.push_str(&compare(&targets, w, rounds, duration, seed).await);
     }
     let per_sync = info_field(cluster.addrs[leader], "raft_log_entries_per_sync")
         .await
@@ -169,6 +156,39 @@ pub async fn cost(
         .unwrap_or_else(|| "?".into());
     drop(cluster);
     drop(single);
+    let _ = writeln!(
+        md,
+        "Raft log entries per sync over the whole run (INFO replication): leader {per_sync}, \
+         follower {follower_per_sync}."
+    );
+    Ok(md)
+}
+
+async fn compare(
+    targets: &[(&str, Target)],
+    w: &Workload,
+    rounds: usize,
+    duration: Duration,
+    seed: &mut u64,
+) -> String {
+    let mut results: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
+    let mut errors = vec![0u64; targets.len()];
+    for round in 0..rounds {
+        for k in 0..targets.len() {
+            let which = (round + k) % targets.len();
+            let (label, target) = &targets[which];
+            *seed += 1;
+            let r = workloads::run(target, w, duration, *seed).await;
+            eprintln!(
+                "  [cluster] {} round {}/{rounds} {label:<38} {:>10} /s",
+                w.title,
+                round + 1,
+                report::fmt_int(r.throughput())
+            );
+            results[which].push(r.throughput());
+            errors[which] += r.counts.errors;
+        }
+    }
     let medians: Vec<f64> = results
         .iter_mut()
         .map(|v| {
@@ -176,8 +196,11 @@ pub async fn cost(
             v[v.len() / 2]
         })
         .collect();
-    let mut md = String::new();
-    md.push_str("| target | median cycles/s | ratio | errors |\n|---|--:|--:|--:|\n");
+    let mut md = format!(
+        "{}: {}\n\n| target | median per s | ratio | errors |\n|---|--:|--:|--:|\n",
+        w.title,
+        report::describe(w)
+    );
     let ratios = [
         String::from("1.00x"),
         format!("{:.2}x of the single node", medians[1] / medians[0]),
@@ -192,10 +215,6 @@ pub async fn cost(
             errors[i]
         );
     }
-    let _ = writeln!(
-        md,
-        "\nRaft log entries per sync over the whole run (INFO replication): leader {per_sync}, \
-         follower {follower_per_sync}."
-    );
-    Ok(md)
+    md.push('\n');
+    md
 }

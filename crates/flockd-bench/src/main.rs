@@ -581,20 +581,25 @@ async fn real_main(o: Opts) -> Result<ExitCode, String> {
 
     if o.cluster {
         let conns = if plan.smoke { 8 } else { 64 };
-        let _ = writeln!(
-            md,
-            "#### Replication (workload 2: acquire+release cycles, 10k names, {conns} connections)\n"
-        );
-        let w = Workload {
-            id: "w2".into(),
-            title: "2. acquire+release, 10k names".into(),
-            conns,
-            load: Load::Cycle {
-                names: 10_000,
-                lease_ms: 5_000,
-                shared: false,
+        let _ = writeln!(md, "#### Replication ({conns} connections)\n");
+        let w = [
+            Workload {
+                id: "w2".into(),
+                title: "2. acquire+release, 10k names".into(),
+                conns,
+                load: Load::Cycle {
+                    names: 10_000,
+                    lease_ms: 5_000,
+                    shared: false,
+                },
             },
-        };
+            Workload {
+                id: "r".into(),
+                title: "Reads".into(),
+                conns,
+                load: Load::Read { names: 10_000 },
+            },
+        ];
         md.push_str(&cluster::cost(&flockd, &w, plan.rounds, plan.duration, &mut seed).await?);
         md.push('\n');
         check_abort()?;

@@ -119,7 +119,7 @@ fn notes(w: &Workload, s: &Series) -> String {
             }
             parts.push(format!("wait ran out {}", s.nulls));
         }
-        Load::Ping => {}
+        Load::Ping | Load::Read { .. } => {}
     }
     if s.lost > 0 {
         parts.push(format!("lost lease {}", s.lost));
@@ -132,6 +132,11 @@ fn notes(w: &Workload, s: &Series) -> String {
 
 pub fn describe(w: &Workload) -> String {
     match &w.load {
+        Load::Read { names } => format!(
+            "FLOCK.TOKEN, random of {} names, {} conns",
+            fmt_int(*names as f64),
+            w.conns
+        ),
         Load::Acquire {
             names,
             lease_ms,

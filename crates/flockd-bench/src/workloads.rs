@@ -37,6 +37,11 @@ pub enum Load {
         backoff_max_ms: u64,
     },
     Ping,
+    /// `FLOCK.TOKEN` of a random name out of `names` (flockd only): a linearizable read, which
+    /// a cluster node serves at the leader's read point.
+    Read {
+        names: u64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -341,6 +346,20 @@ async fn drive_inner(
                 match c.conn.call(&[Arg::B(b"PING")]).await? {
                     Reply::Status(_) => t.done(start, Instant::now(), deadline),
                     other => t.error(format!("PING replied {other}")),
+                }
+            }
+        }
+        Load::Read { names } => {
+            while !stop_now(deadline) {
+                c.set_name(rng.below(names));
+                let start = Instant::now();
+                match c
+                    .conn
+                    .call(&[Arg::B(b"FLOCK.TOKEN"), Arg::B(&c.name)])
+                    .await?
+                {
+                    Reply::Int(_) => t.done(start, Instant::now(), deadline),
+                    other => t.error(format!("FLOCK.TOKEN replied {other}")),
                 }
             }
         }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use flockd_core::Millis;
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, v2::RaftNetworkV2};
 use openraft::raft::{
@@ -58,6 +59,8 @@ pub enum Request {
     TransferLeader(TransferLeaderRequest<FlockRaft>),
     /// A client write from a node that is not the leader: propose it here.
     Forward(Proposal),
+    /// A read on a node that is not the leader: confirm leadership, name the read point.
+    ReadIndex,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -68,6 +71,7 @@ pub enum Response {
     Snapshot(SnapshotResponse<FlockRaft>),
     TransferLeader(TransferLeaderResponse<FlockRaft>),
     Forwarded(Forwarded),
+    ReadPoint(ReadPoint),
     Failed(String),
 }
 
@@ -76,6 +80,22 @@ pub enum Response {
 pub enum Forwarded {
     /// Committed and applied on the leader.
     Committed,
+    /// This node is not the leader; it may know who is.
+    NotLeader {
+        leader: Option<NodeId>,
+    },
+    Failed(String),
+}
+
+/// Where a linearizable read may be served (openraft's ReadIndex, confirmed by a quorum).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadPoint {
+    /// Once the reader has applied `index`, its state holds every write committed before the
+    /// read arrived; `at` is the leader's clock then, what the read judges leases by.
+    Ready {
+        index: u64,
+        at: Millis,
+    },
     /// This node is not the leader; it may know who is.
     NotLeader {
         leader: Option<NodeId>,

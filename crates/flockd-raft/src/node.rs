@@ -14,15 +14,15 @@ use std::time::{Duration, Instant};
 use flockd_core::time::Clock;
 use flockd_core::{Millis, Op};
 use openraft::async_runtime::WatchReceiver;
-use openraft::error::{ClientWriteError, RaftError};
-use openraft::{ChangeMembers, Config, ServerState, SnapshotPolicy};
+use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
+use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tracing::{info, warn};
 
 use crate::error::{ClusterError, StartError};
 use crate::log_store::{LogStore, node as basic_node};
-use crate::network::{Forwarded, NetworkFactory, Peers, Request, Response};
+use crate::network::{Forwarded, NetworkFactory, Peers, ReadPoint, Request, Response};
 use crate::peer_server::{BoxFuture, PeerHandler, serve_connection};
 use crate::peers::{Peer, parse_addr};
 use crate::pending::{Outcome, PendingTable};
@@ -342,6 +342,14 @@ impl Cluster {
         self.node.propose(ops)
     }
 
+    /// Waits until a linearizable read may be served from this node's applied state: every write
+    /// committed before the call is applied here (the leader's ReadIndex, confirmed by a quorum).
+    /// Returns the leader's clock at that point, what the read judges leases by. Tried again
+    /// after a leader change, until `cluster-wait-leader-ms`, as a proposal is.
+    pub async fn read_point(&self) -> Result<Millis, ClusterError> {
+        self.node.read_point().await
+    }
+
     /// The leader's clock (what this node stamps with, if it leads).
     pub fn now(&self) -> Millis {
         self.node.clock.now()
@@ -507,18 +515,90 @@ impl Node {
             match outcome {
                 // Applied on the leader: this node's own apply answers the client.
                 Forwarded::Committed => return,
-                Forwarded::NotLeader { leader } => {
-                    last_why = match leader {
-                        Some(l) => format!("node {l} was said to lead"),
-                        None => "no leader is known".to_owned(),
-                    };
-                }
+                Forwarded::NotLeader { leader } => last_why = not_leading(leader),
                 Forwarded::Failed(why) => last_why = why,
             }
-            // Wait for news of a leader (or a little while), then try again.
-            let pause =
-                Duration::from_millis(50).min(deadline.saturating_duration_since(Instant::now()));
-            let _ = tokio::time::timeout(pause, metrics.changed()).await;
+            news_of_a_leader(&mut metrics, deadline).await;
+        }
+    }
+
+    async fn read_point(&self) -> Result<Millis, ClusterError> {
+        let deadline = Instant::now() + Duration::from_millis(self.settings.wait_leader_ms);
+        let mut metrics = self.raft.metrics();
+        let mut last_why = "no leader is known".to_owned();
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ClusterError::NoLeader {
+                    waited_ms: self.settings.wait_leader_ms,
+                    why: last_why,
+                });
+            }
+            let leader = metrics.borrow_watched().current_leader;
+            let point = match leader {
+                Some(id) if id == self.me.node => self.read_index_here().await,
+                Some(id) => self.read_index_at(id, deadline - now).await,
+                None => ReadPoint::NotLeader { leader: None },
+            };
+            match point {
+                ReadPoint::Ready { index, at } => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    return match self
+                        .raft
+                        .wait(Some(left))
+                        .applied_index_at_least(Some(index), "read point")
+                        .await
+                    {
+                        Ok(_) => Ok(at),
+                        Err(openraft::metrics::WaitError::ShuttingDown) => {
+                            Err(ClusterError::ShuttingDown)
+                        }
+                        Err(openraft::metrics::WaitError::Timeout(..)) => {
+                            Err(ClusterError::NoLeader {
+                                waited_ms: self.settings.wait_leader_ms,
+                                why: format!("this node had not applied index {index} yet"),
+                            })
+                        }
+                    };
+                }
+                ReadPoint::NotLeader { leader } => last_why = not_leading(leader),
+                ReadPoint::Failed(why) => last_why = why,
+            }
+            news_of_a_leader(&mut metrics, deadline).await;
+        }
+    }
+
+    /// The read point as the leader: its commit index once a quorum confirmed it still leads
+    /// (a leader cut off from the majority gets no confirmation and names none).
+    async fn read_index_here(&self) -> ReadPoint {
+        if !self.in_office.load(std::sync::atomic::Ordering::Acquire) {
+            return ReadPoint::NotLeader {
+                leader: Some(self.me.node),
+            };
+        }
+        match self.raft.get_read_linearizer(ReadPolicy::ReadIndex).await {
+            Ok(linearizer) => ReadPoint::Ready {
+                index: linearizer.read_log_id().index(),
+                at: self.clock.now(),
+            },
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
+                ReadPoint::NotLeader {
+                    leader: f.leader_id,
+                }
+            }
+            Err(e) => ReadPoint::Failed(e.to_string()),
+        }
+    }
+
+    async fn read_index_at(&self, leader: NodeId, left: Duration) -> ReadPoint {
+        let Some(addr) = self.address_of(leader) else {
+            return ReadPoint::NotLeader { leader: None };
+        };
+        let client = self.peers.client(leader, &addr);
+        match client.call(&Request::ReadIndex, left).await {
+            Ok(Response::ReadPoint(point)) => point,
+            Ok(other) => ReadPoint::Failed(format!("unexpected answer {other:?}")),
+            Err(e) => ReadPoint::Failed(e.to_string()),
         }
     }
 
@@ -621,6 +701,23 @@ impl Node {
     }
 }
 
+/// Why the last attempt found no leader to take it.
+fn not_leading(leader: Option<NodeId>) -> String {
+    match leader {
+        Some(l) => format!("node {l} was said to lead"),
+        None => "no leader is known".to_owned(),
+    }
+}
+
+/// Waits for news of a leader (or a little while) before the next attempt.
+async fn news_of_a_leader(
+    metrics: &mut openraft::alias::WatchReceiverOf<FlockRaft, openraft::RaftMetrics<FlockRaft>>,
+    deadline: Instant,
+) {
+    let pause = Duration::from_millis(50).min(deadline.saturating_duration_since(Instant::now()));
+    let _ = tokio::time::timeout(pause, metrics.changed()).await;
+}
+
 /// The cluster port: one task per peer connection.
 async fn serve_peers(listener: TcpListener, node: Arc<Node>, store: MachineStore) {
     loop {
@@ -667,6 +764,7 @@ impl PeerHandler for Node {
                     Response::TransferLeader,
                 ),
                 Request::Forward(proposal) => Response::Forwarded(self.write_here(proposal).await),
+                Request::ReadIndex => Response::ReadPoint(self.read_index_here().await),
                 Request::SnapshotBegin { .. }
                 | Request::SnapshotChunk { .. }
                 | Request::SnapshotEnd { .. } => {
