@@ -12,12 +12,27 @@ cd "$(dirname "$0")/.."
 
 profile="${BENCH_SMOKE_PROFILE:-debug}"
 target_dir="${CARGO_TARGET_DIR:-target}"
+# the etcd comparison needs etcd-server to run and protoc to build etcd's client
+features=()
+if command -v etcd >/dev/null 2>&1 && command -v protoc >/dev/null 2>&1; then
+  features=(--features flockd-bench/etcd)
+fi
 if [ "$profile" = release ]; then
-  cargo build --release -p flockd -p flockd-bench
+  cargo build --release -p flockd -p flockd-bench "${features[@]}"
 else
-  cargo build -p flockd -p flockd-bench
+  cargo build -p flockd -p flockd-bench "${features[@]}"
 fi
 
 start=$(date +%s)
 timeout 120 "$target_dir/$profile/flockd-bench" --smoke --flockd "$target_dir/$profile/flockd" "$@"
+# the cluster comparison: a single node, a 3-node flockd cluster and, where Debian's etcd-server
+# is installed, a 3-node etcd cluster driven through its lock API
+etcd_args=()
+if ((${#features[@]})); then
+  etcd_args=(--etcd "$(command -v etcd)")
+else
+  echo "bench smoke: etcd or protoc not installed, the etcd comparison is SKIPPED"
+fi
+timeout 180 "$target_dir/$profile/flockd-bench" --smoke --flockd "$target_dir/$profile/flockd" \
+  --only none --no-sweep --fsync always --cluster "${etcd_args[@]}" "$@"
 echo "bench smoke: ok in $(( $(date +%s) - start )) s"

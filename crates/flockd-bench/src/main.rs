@@ -8,6 +8,8 @@
 //! See docs/benchmarks.md.
 
 mod cluster;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod report;
 mod resp;
 mod servers;
@@ -83,6 +85,11 @@ struct Opts {
     /// cluster, through its leader and through a follower.
     #[arg(long)]
     cluster: bool,
+    /// With --cluster: also run workload 2 on flockd's leader against etcd's lock service on
+    /// a 3-node etcd cluster started from this binary (Debian's `etcd-server`). Needs the
+    /// tool built with `--features etcd`.
+    #[arg(long)]
+    etcd: Option<PathBuf>,
     /// The lease of the subscriber comparison's acquires (workload 1's is 5000 ms: a lease
     /// longer than the run keeps the expiry of earlier rounds' grants out of the comparison).
     #[arg(long, default_value_t = W1_LEASE_MS)]
@@ -444,6 +451,11 @@ async fn cross_check(
 
 async fn real_main(o: Opts) -> Result<ExitCode, String> {
     let plan = plan(&o)?;
+    if o.etcd.is_some() && !cfg!(feature = "etcd") {
+        return Err(
+            "--etcd needs flockd-bench built with `--features etcd` (which needs protoc)".into(),
+        );
+    }
     let flockd = o.flockd.clone().unwrap_or_else(default_flockd);
     if !flockd.is_file() {
         return Err(format!(
@@ -600,7 +612,17 @@ async fn real_main(o: Opts) -> Result<ExitCode, String> {
                 load: Load::Read { names: 10_000 },
             },
         ];
-        md.push_str(&cluster::cost(&flockd, &w, plan.rounds, plan.duration, &mut seed).await?);
+        md.push_str(
+            &cluster::cost(
+                &flockd,
+                &w,
+                plan.rounds,
+                plan.duration,
+                &mut seed,
+                o.etcd.as_deref(),
+            )
+            .await?,
+        );
         md.push('\n');
         check_abort()?;
     }

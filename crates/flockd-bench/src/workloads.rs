@@ -117,7 +117,7 @@ struct Tally {
     hist: Histogram<u64>,
 }
 
-fn new_hist() -> Histogram<u64> {
+pub(crate) fn new_hist() -> Histogram<u64> {
     // 1 µs .. 100 s, 3 significant figures.
     Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid histogram bounds")
 }
@@ -145,7 +145,7 @@ impl Tally {
 }
 
 /// splitmix64: a tiny, fast PRNG per connection (no shared state between tasks).
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -155,7 +155,7 @@ impl Rng {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }
@@ -319,7 +319,7 @@ impl Client {
     }
 }
 
-fn stop_now(deadline: Instant) -> bool {
+pub(crate) fn stop_now(deadline: Instant) -> bool {
     ABORT.load(Ordering::Relaxed) || Instant::now() >= deadline
 }
 
