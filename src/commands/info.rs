@@ -294,6 +294,7 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
                             v.log.entries_appended as f64 / v.log.syncs.max(1) as f64
                         ),
                     );
+                    field("raft_duplicates_skipped", &v.duplicates_skipped);
                 }
             }
         }

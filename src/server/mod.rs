@@ -393,6 +393,7 @@ async fn start_cluster(
         election_timeout_ms: cluster.election_timeout_ms,
         wait_leader_ms: cluster.wait_leader_ms,
         snapshot_every: 50_000,
+        log_kept_after_snapshot: 1000,
     };
     let node = flockd_raft::Cluster::start(settings, host.clone(), clock.clone(), seed)
         .await

@@ -7,7 +7,8 @@
 //!   commit in its flush worker).
 //! * [`state_machine`]: committed entries applied through the server's [`Host`] once each
 //!   ([`dedup`]); snapshots in the AOF rewrite format.
-//! * [`network`] and [`peer_server`]: the cluster port, both sides.
+//! * [`network`] and [`peer_server`]: the cluster port, both sides, on a [`transport`] (TCP,
+//!   or an in-memory network for in-process clusters).
 //! * [`node`]: a running node: proposing (forwarding to the leader, retrying after a leader
 //!   change), taking office, membership, and the view ROLE and INFO show.
 
@@ -20,6 +21,7 @@ pub mod peer_server;
 pub mod peers;
 pub mod pending;
 pub mod state_machine;
+pub mod transport;
 pub mod types;
 
 pub use error::{ClusterError, StartError};

@@ -21,13 +21,12 @@ use openraft::{BasicNode, OptionalSend};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::oneshot;
 use tracing::debug;
 
 use crate::dedup::Dedup;
 use crate::state_machine::SnapshotFile;
+use crate::transport::{PeerWriter, Transport};
 use crate::types::{FlockRaft, NodeId, Proposal, SnapshotMeta, Vote};
 
 /// The largest frame either side reads (a snapshot chunk or an append batch is far below).
@@ -158,7 +157,7 @@ pub async fn write_all<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> io::Re
 
 /// One live connection to a peer.
 struct Connection {
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    writer: tokio::sync::Mutex<PeerWriter>,
     waiting: Mutex<HashMap<u64, oneshot::Sender<Response>>>,
     next_id: AtomicU64,
     dead: AtomicBool,
@@ -168,13 +167,15 @@ struct Connection {
 pub struct PeerClient {
     /// `host:cport`.
     addr: String,
+    transport: Arc<dyn Transport>,
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
 }
 
 impl PeerClient {
-    pub fn new(addr: String) -> PeerClient {
+    pub fn new(addr: String, transport: Arc<dyn Transport>) -> PeerClient {
         PeerClient {
             addr,
+            transport,
             connection: tokio::sync::Mutex::new(None),
         }
     }
@@ -190,7 +191,7 @@ impl PeerClient {
         {
             return Ok(connection.clone());
         }
-        let connect = TcpStream::connect(&self.addr);
+        let connect = self.transport.connect(&self.addr);
         let stream = match tokio::time::timeout(timeout.min(Duration::from_secs(1)), connect).await
         {
             Ok(Ok(stream)) => stream,
@@ -207,10 +208,9 @@ impl PeerClient {
                 });
             }
         };
-        let _ = stream.set_nodelay(true);
-        let (mut reader, writer) = stream.into_split();
+        let mut reader = stream.reader;
         let connection = Arc::new(Connection {
-            writer: tokio::sync::Mutex::new(writer),
+            writer: tokio::sync::Mutex::new(stream.writer),
             waiting: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             dead: AtomicBool::new(false),
@@ -279,12 +279,19 @@ impl PeerClient {
 }
 
 /// The client of every peer, by node id.
-#[derive(Default)]
 pub struct Peers {
+    transport: Arc<dyn Transport>,
     clients: Mutex<HashMap<NodeId, Arc<PeerClient>>>,
 }
 
 impl Peers {
+    pub fn new(transport: Arc<dyn Transport>) -> Peers {
+        Peers {
+            transport,
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// The client of `node` at `addr` (`host:port@cport`), made anew if the address changed.
     pub fn client(&self, node: NodeId, addr: &str) -> Arc<PeerClient> {
         let cluster_addr = crate::peers::cluster_addr_of(addr);
@@ -292,7 +299,7 @@ impl Peers {
         match clients.get(&node) {
             Some(client) if client.addr() == cluster_addr => client.clone(),
             _ => {
-                let client = Arc::new(PeerClient::new(cluster_addr));
+                let client = Arc::new(PeerClient::new(cluster_addr, self.transport.clone()));
                 clients.insert(node, client.clone());
                 client
             }

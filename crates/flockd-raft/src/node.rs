@@ -16,7 +16,6 @@ use flockd_core::{Millis, Op};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
 use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
-use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tracing::{info, warn};
 
@@ -27,6 +26,7 @@ use crate::peer_server::{BoxFuture, PeerHandler, serve_connection};
 use crate::peers::{Peer, parse_addr};
 use crate::pending::{Outcome, PendingTable};
 use crate::state_machine::{Host, MachineStore, Me};
+use crate::transport::{Listener, Tcp, Transport};
 use crate::types::{FlockRaft, NodeId, Origin, Proposal};
 
 /// The openraft instance of a node.
@@ -50,6 +50,9 @@ pub struct ClusterSettings {
     pub wait_leader_ms: u64,
     /// Entries applied between two snapshots (then the log before the snapshot is purged).
     pub snapshot_every: u64,
+    /// Entries kept in the log below a snapshot, so a follower a little behind catches up
+    /// from the log instead of a whole snapshot.
+    pub log_kept_after_snapshot: u64,
 }
 
 impl ClusterSettings {
@@ -103,6 +106,8 @@ pub struct ClusterView {
     pub applied_index: u64,
     pub members: Vec<Member>,
     pub log: crate::log_store::LogStats,
+    /// Entries applied here as no-ops: their proposal had taken effect already.
+    pub duplicates_skipped: u64,
 }
 
 impl ClusterView {
@@ -120,6 +125,7 @@ struct Node {
     clock: Arc<Clock>,
     host: Arc<dyn Host>,
     log: LogStore,
+    store: MachineStore,
     /// True once this node leads and has re-armed the leases: the expiry task may run.
     leading: watch::Sender<bool>,
     /// True once this node leads and its clock continues from the log's time: only then does
@@ -177,6 +183,18 @@ impl Cluster {
         host: Arc<dyn Host>,
         clock: Arc<Clock>,
         seed: Option<flockd_core::StateMachine>,
+    ) -> Result<Cluster, StartError> {
+        Cluster::start_on(settings, host, clock, seed, Arc::new(Tcp)).await
+    }
+
+    /// [`Cluster::start`] with the peer connections on `transport` (an in-memory network, in
+    /// tests that run a whole cluster in one process).
+    pub async fn start_on(
+        settings: ClusterSettings,
+        host: Arc<dyn Host>,
+        clock: Arc<Clock>,
+        seed: Option<flockd_core::StateMachine>,
+        transport: Arc<dyn Transport>,
     ) -> Result<Cluster, StartError> {
         let dir = settings.dir.clone();
         std::fs::create_dir_all(&dir).map_err(io_at(&dir))?;
@@ -244,7 +262,7 @@ impl Cluster {
             election_timeout_min: settings.heartbeat_ms + 1,
             election_timeout_max: settings.election_timeout_ms,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(settings.snapshot_every),
-            max_in_snapshot_log_to_keep: 1000,
+            max_in_snapshot_log_to_keep: settings.log_kept_after_snapshot,
             enable_pre_vote: Some(true),
             // Replicate an entry as soon as it is appended here, not once it is synced here: the
             // leader's sync and the followers' run at the same time (a commit still needs a
@@ -257,7 +275,7 @@ impl Cluster {
                 .validate()
                 .map_err(|e| StartError::Raft(e.to_string()))?,
         );
-        let peers = Arc::new(Peers::default());
+        let peers = Arc::new(Peers::new(transport.clone()));
         let network = NetworkFactory {
             peers: peers.clone(),
             transfers: Arc::new(AtomicU64::new(1)),
@@ -268,7 +286,8 @@ impl Cluster {
             .map_err(|e| StartError::Raft(e.to_string()))?;
 
         let addr = SocketAddr::new(settings.bind, settings.cport);
-        let listener = TcpListener::bind(addr)
+        let listener = transport
+            .listen(addr)
             .await
             .map_err(|source| StartError::Bind {
                 addr: addr.to_string(),
@@ -284,6 +303,7 @@ impl Cluster {
             clock,
             host,
             log: log_stats,
+            store: store.clone(),
             leading,
             in_office: std::sync::atomic::AtomicBool::new(false),
             last_append: parking_lot::Mutex::new(None),
@@ -697,6 +717,7 @@ impl Node {
             applied_index,
             members,
             log: self.log.stats(),
+            duplicates_skipped: self.store.duplicates_skipped(),
         }
     }
 }
@@ -719,19 +740,20 @@ async fn news_of_a_leader(
 }
 
 /// The cluster port: one task per peer connection.
-async fn serve_peers(listener: TcpListener, node: Arc<Node>, store: MachineStore) {
+async fn serve_peers(mut listener: Box<dyn Listener>, node: Arc<Node>, store: MachineStore) {
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let stream = match listener.accept().await {
             Ok(accepted) => accepted,
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
             Err(e) => {
                 warn!("cluster port accept: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
         let handler: Arc<dyn PeerHandler> = node.clone();
         let store = store.clone();
+        let peer = stream.peer.clone();
         tokio::spawn(async move {
             if let Err(e) = serve_connection(stream, handler, store).await {
                 tracing::debug!(%peer, "peer connection ended: {e}");

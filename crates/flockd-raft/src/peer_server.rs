@@ -8,11 +8,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::network::{Request, Response, frame, read_frame, write_all};
 use crate::state_machine::{MachineStore, SnapshotFile};
+use crate::transport::PeerStream;
 use crate::types::{SnapshotMeta, Vote};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
@@ -40,11 +40,15 @@ struct Receiving {
 }
 
 pub async fn serve_connection(
-    stream: TcpStream,
+    stream: PeerStream,
     handler: Arc<dyn PeerHandler>,
     store: MachineStore,
 ) -> io::Result<()> {
-    let (mut reader, mut writer) = stream.into_split();
+    let PeerStream {
+        mut reader,
+        mut writer,
+        ..
+    } = stream;
     let (replies, mut outbox) = mpsc::channel::<Vec<u8>>(IN_FLIGHT);
     let writing = tokio::spawn(async move {
         while let Some(bytes) = outbox.recv().await {

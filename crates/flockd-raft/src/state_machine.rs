@@ -8,6 +8,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use flockd_core::{Millis, OpResult, Snapshot, StateMachine};
 use futures_util::{Stream, TryStreamExt};
@@ -71,6 +72,8 @@ pub struct MachineStore {
     pending: Arc<PendingTable>,
     me: Me,
     dir: PathBuf,
+    /// Entries applied as no-ops because their proposal had taken effect already.
+    duplicates: Arc<AtomicU64>,
 }
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> io::Error {
@@ -129,7 +132,14 @@ impl MachineStore {
             pending,
             me,
             dir: dir.to_owned(),
+            duplicates: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Entries this node applied as no-ops because their proposal had taken effect already
+    /// (sent again after a leader change or a lost answer).
+    pub fn duplicates_skipped(&self) -> u64 {
+        self.duplicates.load(Ordering::Relaxed)
     }
 
     /// Makes `machine` (a single node's state, loaded from its AOF) this node's first
@@ -332,6 +342,8 @@ impl RaftStateMachine<FlockRaft> for MachineStore {
                         if local {
                             self.pending.resolve(proposal.origin.seq, Ok(results));
                         }
+                    } else {
+                        self.duplicates.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }

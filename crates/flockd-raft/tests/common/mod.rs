@@ -13,6 +13,8 @@ use parking_lot::RwLock;
 #[derive(Default)]
 pub struct PlainHost {
     pub machine: RwLock<StateMachine>,
+    /// How many times a snapshot replaced the whole state.
+    pub replaced: AtomicU64,
 }
 
 impl Host for PlainHost {
@@ -34,6 +36,7 @@ impl Host for PlainHost {
     }
 
     fn replace(&self, machine: StateMachine) {
+        self.replaced.fetch_add(1, Ordering::Relaxed);
         *self.machine.write() = machine;
     }
 
