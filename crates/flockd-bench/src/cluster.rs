@@ -43,6 +43,28 @@ impl ClusterGuard {
     pub fn addrs(&self) -> &[SocketAddr] {
         &self.addrs
     }
+
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+}
+
+/// CPU time (user + system) the processes `pids` have used so far, in milliseconds; from
+/// `/proc/<pid>/stat`, so in clock ticks (10 ms here): runs of seconds make it exact enough.
+fn cpu_ms(pids: &[u32]) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    pids.iter()
+        .filter_map(|pid| fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter_map(|stat| {
+            // Fields after the command name (which may hold spaces) start after its `)`.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: u64 = fields.get(11)?.parse().ok()?;
+            let stime: u64 = fields.get(12)?.parse().ok()?;
+            Some((utime + stime) * 1000 / ticks_per_s)
+        })
+        .sum()
 }
 
 impl Drop for ClusterGuard {
@@ -142,22 +164,50 @@ fn flockd_target(addr: SocketAddr) -> Target {
     }
 }
 
-/// One side of a comparison: a flockd node over RESP, or an etcd member over gRPC.
+/// Where a side's clients connect: a flockd node over RESP, or an etcd member over gRPC.
 #[derive(Clone)]
-enum Side {
+enum Endpoint {
     Flockd(Target),
     #[cfg(feature = "etcd")]
     Etcd(SocketAddr),
 }
 
+/// One side of a comparison: where its clients connect, and every server process that does
+/// its work (all of a cluster's members), whose CPU time the comparison counts.
+#[derive(Clone)]
+struct Side {
+    endpoint: Endpoint,
+    servers: Vec<u32>,
+}
+
 impl Side {
-    async fn run(&self, w: &Workload, duration: Duration, seed: u64) -> RunResult {
-        match self {
-            Side::Flockd(target) => workloads::run(target, w, duration, seed).await,
-            #[cfg(feature = "etcd")]
-            Side::Etcd(addr) => etcd::run(*addr, w, duration, seed).await,
+    fn flockd(target: Target, servers: Vec<u32>) -> Side {
+        Side {
+            endpoint: Endpoint::Flockd(target),
+            servers,
         }
     }
+
+    /// The run, and the servers' CPU milliseconds during it.
+    async fn run(&self, w: &Workload, duration: Duration, seed: u64) -> (RunResult, u64) {
+        let before = cpu_ms(&self.servers);
+        let result = match &self.endpoint {
+            Endpoint::Flockd(target) => workloads::run(target, w, duration, seed).await,
+            #[cfg(feature = "etcd")]
+            Endpoint::Etcd(addr) => etcd::run(*addr, w, duration, seed).await,
+        };
+        (result, cpu_ms(&self.servers).saturating_sub(before))
+    }
+}
+
+/// What [`compare`] found of one side: the medians over rounds.
+struct Measured {
+    per_s: f64,
+    /// Server CPU (all of the side's processes) per operation, in microseconds.
+    cpu_us_per_op: f64,
+    /// Server CPU cores busy on average during the runs.
+    cores: f64,
+    errors: u64,
 }
 
 /// The markdown section: per workload, medians over rounds and the two ratios the cluster
@@ -174,27 +224,33 @@ pub async fn cost(
     let single = servers::start(Kind::Flockd, flockd, "always").await?;
     let (cluster, leader) = start_cluster(flockd).await?;
     let follower = (leader + 1) % cluster.addrs.len();
-    let leader_side = Side::Flockd(flockd_target(cluster.addrs[leader]));
+    let leader_side = Side::flockd(flockd_target(cluster.addrs[leader]), cluster.pids());
     let targets = [
         (
             "single node, appendfsync always",
-            Side::Flockd(single.target.clone()),
+            Side::flockd(single.target.clone(), single.pid().into_iter().collect()),
         ),
         ("3-node cluster, through the leader", leader_side.clone()),
         (
             "3-node cluster, through a follower",
-            Side::Flockd(flockd_target(cluster.addrs[follower])),
+            Side::flockd(flockd_target(cluster.addrs[follower]), cluster.pids()),
         ),
     ];
     let mut md = String::new();
     for w in workloads {
-        let (medians, errors) = compare(&targets, w, rounds, duration, seed).await;
+        let measured = compare(&targets, w, rounds, duration, seed).await;
         let ratios = [
             String::from("1.00x"),
-            format!("{:.2}x of the single node", medians[1] / medians[0]),
-            format!("{:.2}x of the leader", medians[2] / medians[1]),
+            format!(
+                "{:.2}x of the single node",
+                measured[1].per_s / measured[0].per_s
+            ),
+            format!(
+                "{:.2}x of the leader",
+                measured[2].per_s / measured[1].per_s
+            ),
         ];
-        md.push_str(&table(&targets, w, &medians, &ratios, &errors));
+        md.push_str(&table(&targets, w, &measured, &ratios));
     }
     let per_sync = info_field(cluster.addrs[leader], "raft_log_entries_per_sync")
         .await
@@ -232,19 +288,22 @@ async fn against_etcd(
         ("flockd 3-node cluster, through the leader", leader_side),
         (
             "etcd 3-node cluster (v3 Lock/Unlock on a lease), through the leader",
-            Side::Etcd(members.addrs()[etcd_leader]),
+            Side {
+                endpoint: Endpoint::Etcd(members.addrs()[etcd_leader]),
+                servers: members.pids(),
+            },
         ),
     ];
     for w in workloads
         .iter()
         .filter(|w| matches!(w.load, Load::Cycle { .. }))
     {
-        let (medians, errors) = compare(&sides, w, rounds, duration, seed).await;
+        let measured = compare(&sides, w, rounds, duration, seed).await;
         let ratios = [
-            format!("{:.2}x of etcd", medians[0] / medians[1]),
+            format!("{:.2}x of etcd", measured[0].per_s / measured[1].per_s),
             String::from("1.00x"),
         ];
-        md.push_str(&table(&sides, w, &medians, &ratios, &errors));
+        md.push_str(&table(&sides, w, &measured, &ratios));
     }
     drop(members);
     Ok(md)
@@ -262,23 +321,25 @@ async fn against_etcd(
     unreachable!("real_main refuses --etcd without the etcd feature")
 }
 
-/// Runs `w` on every side, `rounds` times, rotating which goes first; the median throughput
-/// and the error count per side.
+/// Runs `w` on every side, `rounds` times, rotating which goes first; per side the medians of
+/// throughput and server CPU, and the error count.
 async fn compare(
     sides: &[(&str, Side)],
     w: &Workload,
     rounds: usize,
     duration: Duration,
     seed: &mut u64,
-) -> (Vec<f64>, Vec<u64>) {
+) -> Vec<Measured> {
     let mut results: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
+    let mut cpu_per_op: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
+    let mut cores: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
     let mut errors = vec![0u64; sides.len()];
     for round in 0..rounds {
         for k in 0..sides.len() {
             let which = (round + k) % sides.len();
             let (label, side) = &sides[which];
             *seed += 1;
-            let r = side.run(w, duration, *seed).await;
+            let (r, cpu_ms) = side.run(w, duration, *seed).await;
             eprintln!(
                 "  [cluster] {} round {}/{rounds} {label:<38} {:>10} /s",
                 w.title,
@@ -289,38 +350,41 @@ async fn compare(
                 eprintln!("  [cluster]   first error: {e}");
             }
             results[which].push(r.throughput());
+            cpu_per_op[which].push(cpu_ms as f64 * 1000.0 / r.counts.ops.max(1) as f64);
+            cores[which].push(cpu_ms as f64 / 1000.0 / r.secs.max(f64::EPSILON));
             errors[which] += r.counts.errors;
         }
     }
-    let medians = results
-        .iter_mut()
-        .map(|v| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
+    fn median(v: &mut [f64]) -> f64 {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    }
+    (0..sides.len())
+        .map(|i| Measured {
+            per_s: median(&mut results[i]),
+            cpu_us_per_op: median(&mut cpu_per_op[i]),
+            cores: median(&mut cores[i]),
+            errors: errors[i],
         })
-        .collect();
-    (medians, errors)
+        .collect()
 }
 
-fn table(
-    sides: &[(&str, Side)],
-    w: &Workload,
-    medians: &[f64],
-    ratios: &[String],
-    errors: &[u64],
-) -> String {
+fn table(sides: &[(&str, Side)], w: &Workload, measured: &[Measured], ratios: &[String]) -> String {
     let mut md = format!(
-        "{}: {}\n\n| target | median per s | ratio | errors |\n|---|--:|--:|--:|\n",
+        "{}: {}\n\n| target | median per s | ratio | server CPU µs per op | server cores busy | errors |\n|---|--:|--:|--:|--:|--:|\n",
         w.title,
         report::describe(w)
     );
     for (i, (label, _)) in sides.iter().enumerate() {
+        let m = &measured[i];
         let _ = writeln!(
             md,
-            "| {label} | {} | {} | {} |",
-            report::fmt_int(medians[i]),
+            "| {label} | {} | {} | {:.1} | {:.2} | {} |",
+            report::fmt_int(m.per_s),
             ratios[i],
-            errors[i]
+            m.cpu_us_per_op,
+            m.cores,
+            m.errors
         );
     }
     md.push('\n');

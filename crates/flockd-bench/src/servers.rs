@@ -121,6 +121,11 @@ pub struct ServerGuard {
 }
 
 impl ServerGuard {
+    /// The server's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     fn stop(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;
