@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the flockd image for real and runs it: non-root, healthy, its /etc/flockd/flockd.toml
 # read, and a lock and its token kept across `docker restart` and by a new container on the same
-# volume. Lints the Dockerfile with hadolint.
+# volume; then three containers of the image as a cluster that loses its leader to SIGKILL and
+# takes it back. Lints the Dockerfile with hadolint.
 #
 #   sudo bash tests/container/run.sh        (root: it starts its own dockerd)
 #
@@ -35,8 +36,8 @@ cleanup() {
     local rc=$?
     set +e
     if [[ -n "$DOCKERD_PID" ]]; then
-        docker rm -f "$NAME" "$NAME-2" >/dev/null 2>&1 || true
-        docker volume rm "$VOLUME" >/dev/null 2>&1 || true
+        docker rm -f "$NAME" "$NAME-2" "$NAME-node1" "$NAME-node2" "$NAME-node3" >/dev/null 2>&1 || true
+        docker volume rm "$VOLUME" "$VOLUME-node1" "$VOLUME-node2" "$VOLUME-node3" >/dev/null 2>&1 || true
         stop_pid "$DOCKERD_PID"
     fi
     # dockerd leaves its network namespace mounted; vfs layers are full copies: do not leave
@@ -152,5 +153,64 @@ stop_started=$SECONDS
 docker stop -t 20 "$NAME-2" >/dev/null
 code="$(docker inspect --format '{{.State.ExitCode}}' "$NAME-2")"
 if [[ "$code" == 0 ]]; then pass "docker stop: clean exit on SIGTERM ($((SECONDS - stop_started)) s)"; else fail "docker stop: clean exit" "exit code $code" "$(docker logs "$NAME-2" 2>&1 | tail -n 5)"; fi
+docker rm -f "$NAME-2" >/dev/null
+
+# --- three containers as a cluster ---
+# What config/compose-cluster.yaml does, with `docker run`: this daemon has no bridge network
+# (and no compose here), so the nodes share the host's loopback and each gets its own ports.
+declare -A NODE_PORT NODE_CPORT NODE_METRICS
+peers=""
+for i in 1 2 3; do
+    NODE_PORT[$i]="$(free_port)"; NODE_CPORT[$i]="$(free_port)"; NODE_METRICS[$i]="$(free_port)"
+    peers+="${peers:+,}$i=127.0.0.1:${NODE_PORT[$i]}@${NODE_CPORT[$i]}"
+done
+run_node() {
+    docker run -d --name "$NAME-node$1" --network host -v "$VOLUME-node$1:/data" \
+        -e FLOCKD_PORT="${NODE_PORT[$1]}" -e FLOCKD_METRICS_PORT="${NODE_METRICS[$1]}" \
+        -e FLOCKD_NODE_ID="$1" -e FLOCKD_CLUSTER_PEERS="$peers" flockd:test >/dev/null
+}
+node_cli() { local i="$1"; shift; timeout 20 redis-cli -h 127.0.0.1 -p "${NODE_PORT[$i]}" "$@" 2>&1; }
+leader_of() {
+    local i
+    for _ in $(seq 1 200); do
+        for i in "$@"; do
+            if node_cli "$i" INFO replication | grep -q '^raft_state:leader'; then echo "$i"; return; fi
+        done
+        sleep 0.1
+    done
+}
+for i in 1 2 3; do run_node "$i"; done
+healthy=""
+for i in 1 2 3; do healthy+="$(wait_healthy "$NAME-node$i") "; done
+if [[ "$healthy" == "healthy healthy healthy " ]]; then pass "three cluster containers healthy (flockd ping sees a leader)"; else fail "three cluster containers healthy" "status: $healthy" "$(docker logs "$NAME-node1" 2>&1 | tail -n 5)"; fi
+leader="$(leader_of 1 2 3)"
+followers=()
+for i in 1 2 3; do [[ "$i" == "$leader" ]] || followers+=("$i"); done
+members="$(node_cli "${followers[0]}" FLOCK.CLUSTER NODES | grep -c '^[0-9]' || true)"
+token="$(node_cli "${followers[0]}" FLOCK.ACQUIRE cluster:lock 600000)"
+fence="$(node_cli "${followers[1]}" FENCE.SET cluster:res "$token" written)"
+if [[ -n "$leader" && "$members" == 3 && "$token" == 1 && "$fence" == 1 ]]; then
+    pass "cluster: leader node $leader, 3 members, a lock and a fenced write through the followers"
+else
+    fail "cluster formed and serves" "leader: '$leader', members: $members, token: $token, fence: $fence"
+fi
+killed_at_ms=$(( $(date +%s%N) / 1000000 ))
+docker kill "$NAME-node$leader" >/dev/null
+new_leader="$(leader_of "${followers[@]}")"
+got="$(node_cli "${followers[0]}" FLOCK.ACQUIRE cluster:other 600000) $(node_cli "${followers[1]}" FLOCK.STATUS cluster:lock | tr '\n' ' ')$(node_cli "${followers[0]}" FENCE.GET cluster:res)"
+if [[ -n "$new_leader" && "$got" == "1 "*"locked 1 token 1 "*"written" ]]; then
+    pass "docker kill of the leader: node $new_leader leads $(( $(date +%s%N) / 1000000 - killed_at_ms )) ms after the kill, lock, token and fence kept"
+else
+    fail "docker kill of the leader" "new leader: '$new_leader'" "got: $got"
+fi
+docker start "$NAME-node$leader" >/dev/null
+health="$(wait_healthy "$NAME-node$leader")"
+got=""
+for _ in $(seq 1 100); do
+    got="$(node_cli "$leader" FLOCK.STATUS cluster:other | tr '\n' ' ')"
+    [[ "$got" == *"locked 1 token 1"* ]] && break
+    sleep 0.1
+done
+if [[ "$health" == healthy && "$got" == *"locked 1 token 1"* ]]; then pass "the killed node restarted on its volume rejoins and has caught up"; else fail "the killed node rejoins" "health: $health" "status: $got"; fi
 
 summary
