@@ -268,6 +268,12 @@ impl Cluster {
             // leader's sync and the followers' run at the same time (a commit still needs a
             // majority of synced copies, the leader's own counted only once it is synced).
             broadcast_submitted_on_append: Some(true),
+            // A follower whose log went back (its dir wiped, restarted under its old id against
+            // the docs' advice) is caught up from scratch with a snapshot. Without this,
+            // openraft's leader trips a debug assertion (a panic in debug builds) or, in release
+            // builds, keeps replicating from where the lost log ended. The wiped node's
+            // forgotten vote is the danger either way; refusing to catch it up does not undo it.
+            allow_log_reversion: Some(true),
             ..Default::default()
         };
         let config = Arc::new(
