@@ -47,6 +47,33 @@ impl ClusterGuard {
     pub fn pids(&self) -> Vec<u32> {
         self.children.iter().map(Child::id).collect()
     }
+
+    /// A guard for `n` members on free loopback ports: the guard (whose addrs are the client
+    /// ports), the client ports and the peer ports.
+    pub fn on_free_ports(n: usize) -> Result<(ClusterGuard, Vec<u16>, Vec<u16>), String> {
+        let mut ports = Vec::new();
+        for _ in 0..2 * n {
+            ports.push(servers::free_port().map_err(|e| format!("no free port: {e}"))?);
+        }
+        let peer_ports = ports.split_off(n);
+        let guard = ClusterGuard::new(
+            ports
+                .iter()
+                .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+                .collect(),
+        );
+        Ok((guard, ports, peer_ports))
+    }
+
+    /// A fresh data directory for member `i` of a `tag` cluster, and the file its log goes to.
+    pub fn member_dir(tag: &str, i: usize) -> Result<(PathBuf, File), String> {
+        let dir =
+            std::env::temp_dir().join(format!("flockd-bench-{}-{tag}-{i}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let log = File::create(dir.join("server.log")).map_err(|e| e.to_string())?;
+        Ok((dir, log))
+    }
 }
 
 /// CPU time (user + system) the processes `pids` have used so far, in milliseconds; from
@@ -106,26 +133,16 @@ async fn info_field(addr: SocketAddr, field: &str) -> Option<String> {
 }
 
 async fn start_cluster(binary: &Path) -> Result<(ClusterGuard, usize), String> {
-    let n = 3;
-    let mut ports = Vec::new();
-    for _ in 0..2 * n {
-        ports.push(servers::free_port().map_err(|e| format!("no free port: {e}"))?);
-    }
-    let peers = (0..n)
-        .map(|i| format!("{}=127.0.0.1:{}@{}", i + 1, ports[i], ports[n + i]))
+    let (mut guard, ports, peer_ports) = ClusterGuard::on_free_ports(3)?;
+    let peers = ports
+        .iter()
+        .zip(&peer_ports)
+        .enumerate()
+        .map(|(i, (port, cport))| format!("{}=127.0.0.1:{port}@{cport}", i + 1))
         .collect::<Vec<_>>()
         .join(",");
-    let mut guard = ClusterGuard::new(
-        (0..n)
-            .map(|i| SocketAddr::from(([127, 0, 0, 1], ports[i])))
-            .collect(),
-    );
-    for (i, port) in ports.iter().take(n).enumerate() {
-        let dir =
-            std::env::temp_dir().join(format!("flockd-bench-{}-cluster-{i}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let log = File::create(dir.join("server.log")).map_err(|e| e.to_string())?;
+    for (i, port) in ports.iter().enumerate() {
+        let (dir, log) = ClusterGuard::member_dir("cluster", i)?;
         let child = Command::new(binary)
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .arg("--dir")

@@ -3,7 +3,6 @@
 //! of the key it returned, by the `etcd-client` crate, one gRPC channel (one HTTP/2
 //! connection) per simulated connection.
 
-use std::fs::{self, File};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -13,33 +12,21 @@ use etcd_client::{Client, LockOptions};
 use tokio::time::Instant;
 
 use crate::cluster::ClusterGuard;
-use crate::servers;
 use crate::workloads::{self, Counts, Load, RunResult, Workload};
 
 /// Starts three etcd members forming one cluster; returns them and the index of the leader.
 pub async fn start_cluster(etcd: &Path) -> Result<(ClusterGuard, usize), String> {
-    let n = 3;
-    let mut ports = Vec::new();
-    for _ in 0..2 * n {
-        ports.push(servers::free_port().map_err(|e| format!("no free port: {e}"))?);
-    }
-    let initial = (0..n)
-        .map(|i| format!("e{}=http://127.0.0.1:{}", i + 1, ports[n + i]))
+    let (mut guard, ports, peer_ports) = ClusterGuard::on_free_ports(3)?;
+    let initial = peer_ports
+        .iter()
+        .enumerate()
+        .map(|(i, cport)| format!("e{}=http://127.0.0.1:{cport}", i + 1))
         .collect::<Vec<_>>()
         .join(",");
-    let mut guard = ClusterGuard::new(
-        (0..n)
-            .map(|i| SocketAddr::from(([127, 0, 0, 1], ports[i])))
-            .collect(),
-    );
-    for i in 0..n {
-        let dir =
-            std::env::temp_dir().join(format!("flockd-bench-{}-etcd-{i}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let log = File::create(dir.join("server.log")).map_err(|e| e.to_string())?;
-        let client_url = format!("http://127.0.0.1:{}", ports[i]);
-        let peer_url = format!("http://127.0.0.1:{}", ports[n + i]);
+    for (i, (port, cport)) in ports.iter().zip(&peer_ports).enumerate() {
+        let (dir, log) = ClusterGuard::member_dir("etcd", i)?;
+        let client_url = format!("http://127.0.0.1:{port}");
+        let peer_url = format!("http://127.0.0.1:{cport}");
         let child = Command::new(etcd)
             .args(["--name", &format!("e{}", i + 1)])
             .arg("--data-dir")
