@@ -148,8 +148,10 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StartError + '_ {
     }
 }
 
-/// This run's number: one more than the last run's, kept in `dir` (synced before use, so two
-/// runs of a node never share one).
+/// This run's number: above the last run's kept in `dir` (synced before use, so two runs of a
+/// node never share one), and at least the wall clock in milliseconds, so a node whose `dir`
+/// was wiped (the file gone with it) still starts a run the cluster has not seen: the
+/// replicated dedup table would take its first proposals for copies of the old run's.
 fn next_incarnation(dir: &Path) -> Result<u64, StartError> {
     let path = dir.join("incarnation");
     let last = match std::fs::read_to_string(&path) {
@@ -157,7 +159,10 @@ fn next_incarnation(dir: &Path) -> Result<u64, StartError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
         Err(e) => return Err(io_at(&path)(e)),
     };
-    let next = last + 1;
+    let wall_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let next = (last + 1).max(wall_ms);
     let tmp = dir.join("incarnation.tmp");
     let write = || -> io::Result<()> {
         use std::io::Write;

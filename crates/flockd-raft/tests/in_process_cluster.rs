@@ -340,11 +340,20 @@ async fn a_follower_wiped_under_its_old_id_is_sent_a_snapshot() {
     for i in 0..200 {
         tokens.push(granted(cluster.running(leader), &format!("before-{i}"), "a", 60_000).await);
     }
+    // Proposals of the wiped node's first run, which the replicated dedup table remembers.
+    for i in 0..5 {
+        granted(cluster.running(wiped), &format!("through-{i}"), "a", 60_000).await;
+    }
     cluster.crash(wiped).await;
     std::fs::remove_dir_all(&cluster.node(wiped).dir).expect("wipe");
     cluster.boot(wiped).await;
     for i in 0..100 {
         granted(cluster.running(leader), &format!("after-{i}"), "a", 60_000).await;
+    }
+    cluster.converged().await;
+    // Its new run's proposals take effect: not mistaken for the old run's.
+    for i in 0..5 {
+        granted(cluster.running(wiped), &format!("again-{i}"), "a", 60_000).await;
     }
     cluster.converged().await;
     assert!(
