@@ -319,7 +319,7 @@ impl Cluster {
             in_office: std::sync::atomic::AtomicBool::new(false),
             last_append: parking_lot::Mutex::new(None),
         });
-        tokio::spawn(serve_peers(listener, node.clone(), store));
+        tokio::spawn(serve_peers(listener, node.clone()));
         // The first start of the member with the smallest id in the peers forms the cluster
         // with them; every other new node waits to hear from a leader (the founders' first
         // replication, or FLOCK.CLUSTER ADD). Only one node proposing the first membership
@@ -751,7 +751,7 @@ async fn news_of_a_leader(
 }
 
 /// The cluster port: one task per peer connection.
-async fn serve_peers(mut listener: Box<dyn Listener>, node: Arc<Node>, store: MachineStore) {
+async fn serve_peers(mut listener: Box<dyn Listener>, node: Arc<Node>) {
     loop {
         let stream = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -763,7 +763,7 @@ async fn serve_peers(mut listener: Box<dyn Listener>, node: Arc<Node>, store: Ma
             }
         };
         let handler: Arc<dyn PeerHandler> = node.clone();
-        let store = store.clone();
+        let store = node.store.clone();
         let peer = stream.peer.clone();
         tokio::spawn(async move {
             if let Err(e) = serve_connection(stream, handler, store).await {
