@@ -540,7 +540,14 @@ impl Node {
             let leader = metrics.borrow_watched().current_leader;
             let outcome = match leader {
                 Some(id) if id == self.me.node => self.write_here(proposal).await,
-                Some(id) => self.forward(id, proposal, deadline - now).await,
+                Some(id) => {
+                    tokio::select! {
+                        outcome = self.forward(id, proposal, deadline - now) => outcome,
+                        () = leader_moved_from(self.raft.metrics(), id) => {
+                            Forwarded::Failed(format!("node {id} stopped leading while it had the request"))
+                        }
+                    }
+                }
                 None => Forwarded::NotLeader { leader: None },
             };
             match outcome {
@@ -568,7 +575,14 @@ impl Node {
             let leader = metrics.borrow_watched().current_leader;
             let point = match leader {
                 Some(id) if id == self.me.node => self.read_index_here().await,
-                Some(id) => self.read_index_at(id, deadline - now).await,
+                Some(id) => {
+                    tokio::select! {
+                        point = self.read_index_at(id, deadline - now) => point,
+                        () = leader_moved_from(self.raft.metrics(), id) => {
+                            ReadPoint::Failed(format!("node {id} stopped leading while it had the read"))
+                        }
+                    }
+                }
                 None => ReadPoint::NotLeader { leader: None },
             };
             match point {
@@ -738,6 +752,25 @@ fn not_leading(leader: Option<NodeId>) -> String {
     match leader {
         Some(l) => format!("node {l} was said to lead"),
         None => "no leader is known".to_owned(),
+    }
+}
+
+/// Returns once this node knows a leader other than `leader`: a request sent to a leader that was
+/// paused or cut off is then sent again to the new one at once (the copies share a seq, so at
+/// most one takes effect), instead of waiting out `cluster-wait-leader-ms` on the old one.
+async fn leader_moved_from(
+    mut metrics: openraft::alias::WatchReceiverOf<FlockRaft, openraft::RaftMetrics<FlockRaft>>,
+    leader: NodeId,
+) {
+    loop {
+        let current = metrics.borrow_watched().current_leader;
+        if current.is_some_and(|id| id != leader) {
+            return;
+        }
+        if metrics.changed().await.is_err() {
+            // shutting down: the request's own deadline ends the wait
+            std::future::pending::<()>().await;
+        }
     }
 }
 
