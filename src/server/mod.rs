@@ -100,6 +100,10 @@ pub enum ServerError {
     Tls(#[from] flockd_tls::TlsError),
     #[error("cluster: {0}")]
     Cluster(flockd_raft::StartError),
+    #[error(
+        "{TEST_SYNC_DELAY_VAR} must name a file holding milliseconds from 0 to {TEST_SYNC_DELAY_MAX_MS}: {0}"
+    )]
+    TestSyncDelay(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -368,6 +372,56 @@ async fn start_local(config: &Config, bump_tokens: Option<u64>) -> Result<Starte
     })
 }
 
+/// The fault harness (tests/faults) plays a slow disk with this: the name of a file that holds
+/// the milliseconds slept before each synced write of the Raft log (no file: 0), read again
+/// every 100 ms so a run can slow a node down and speed it up again. An environment variable,
+/// not a config key, because nothing but a test should ever set it.
+const TEST_SYNC_DELAY_VAR: &str = "FLOCKD_TEST_SYNC_DELAY_FILE";
+const TEST_SYNC_DELAY_MAX_MS: u64 = 1000;
+
+fn test_sync_delay() -> Result<Arc<std::sync::atomic::AtomicU64>, ServerError> {
+    let delay = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let Some(path) = std::env::var_os(TEST_SYNC_DELAY_VAR) else {
+        return Ok(delay);
+    };
+    let path = std::path::PathBuf::from(path);
+    let read = move || -> Result<u64, ServerError> {
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => {
+                return Err(ServerError::TestSyncDelay(format!(
+                    "{}: {e}",
+                    path.display()
+                )));
+            }
+        };
+        match text.trim().parse::<u64>() {
+            Ok(ms) if ms <= TEST_SYNC_DELAY_MAX_MS => Ok(ms),
+            _ => Err(ServerError::TestSyncDelay(format!(
+                "{}: {text:?}",
+                path.display()
+            ))),
+        }
+    };
+    delay.store(read()?, std::sync::atomic::Ordering::Relaxed);
+    tracing::warn!(
+        "{TEST_SYNC_DELAY_VAR} is set: Raft log syncs wait as long as that file says (a test setting)"
+    );
+    let shared = delay.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            match read() {
+                Ok(ms) => shared.store(ms, std::sync::atomic::Ordering::Relaxed),
+                Err(e) => tracing::warn!("{e}"),
+            }
+        }
+    });
+    Ok(delay)
+}
+
 /// A cluster node: the state from the last snapshot in `dir/raft`, the Raft log after it, the
 /// peers on the cluster port. The leader's duties (re-arming leases, expiring them) start when
 /// this node takes office.
@@ -394,6 +448,7 @@ async fn start_cluster(
         wait_leader_ms: cluster.wait_leader_ms,
         snapshot_every: 50_000,
         log_kept_after_snapshot: 1000,
+        sync_delay_ms: test_sync_delay()?,
     };
     let node = flockd_raft::Cluster::start(settings, host.clone(), clock.clone(), seed)
         .await

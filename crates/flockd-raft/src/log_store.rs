@@ -173,6 +173,9 @@ pub struct LogStore {
     log: Arc<Mutex<RaftLog<WalTypes>>>,
     /// Entries appended since the start (for entries per sync).
     appended: Arc<std::sync::atomic::AtomicU64>,
+    /// A test-only wait (ms) before each synced write is queued: a slow disk, for the fault
+    /// harness, which may change it while the node runs.
+    sync_delay_ms: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// How well appends share syncs.
@@ -183,15 +186,26 @@ pub struct LogStats {
 }
 
 impl LogStore {
-    /// Opens (or creates) the log in `dir`.
-    pub fn open(dir: &Path) -> io::Result<LogStore> {
+    /// Opens (or creates) the log in `dir`; `sync_delay_ms` stays zero outside fault tests.
+    pub fn open(
+        dir: &Path,
+        sync_delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    ) -> io::Result<LogStore> {
         std::fs::create_dir_all(dir)?;
         let config = raft_log::Config::new(dir.display());
         let log = RaftLog::open(Arc::new(config))?;
         Ok(LogStore {
             log: Arc::new(Mutex::new(log)),
             appended: Arc::default(),
+            sync_delay_ms,
         })
+    }
+
+    fn sync_delay(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(
+            self.sync_delay_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     pub fn stats(&self) -> LogStats {
@@ -283,7 +297,9 @@ impl RaftLogStorage<FlockRaft> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         let log = self.log.clone();
         let vote = WalVote(*vote);
+        let delay = self.sync_delay();
         tokio::task::spawn_blocking(move || {
+            std::thread::sleep(delay);
             let mut log = log.lock();
             log.save_vote(vote)?;
             LogStore::flush_and_wait(&mut log)
@@ -315,6 +331,10 @@ impl RaftLogStorage<FlockRaft> for LogStore {
             .collect::<io::Result<Vec<_>>>()?;
         self.appended
             .fetch_add(records.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let delay = self.sync_delay();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         let mut log = self.log.lock();
         log.append(records)?;
         // Returns at once; the flush worker syncs and then tells openraft.

@@ -53,6 +53,9 @@ pub struct ClusterSettings {
     /// Entries kept in the log below a snapshot, so a follower a little behind catches up
     /// from the log instead of a whole snapshot.
     pub log_kept_after_snapshot: u64,
+    /// Test-only: milliseconds waited before each synced log write, to play a slow disk in
+    /// fault tests (the harness may change it while the node runs). Zero otherwise.
+    pub sync_delay_ms: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl ClusterSettings {
@@ -209,8 +212,10 @@ impl Cluster {
             incarnation,
         };
         let log_dir = dir.join("log");
-        let log =
-            tokio::task::block_in_place(|| LogStore::open(&log_dir)).map_err(io_at(&log_dir))?;
+        let log = tokio::task::block_in_place(|| {
+            LogStore::open(&log_dir, settings.sync_delay_ms.clone())
+        })
+        .map_err(io_at(&log_dir))?;
         let pristine = log.is_pristine();
         let pending = Arc::new(PendingTable::default());
         let snapshot_dir = dir.join("snapshot");

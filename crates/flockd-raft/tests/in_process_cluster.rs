@@ -77,6 +77,7 @@ impl TestCluster {
             peers,
             snapshot_every,
             log_kept_after_snapshot,
+            sync_delay_ms: Default::default(),
             _root: root,
         };
         for id in 1..=NODES {
@@ -121,6 +122,7 @@ impl TestCluster {
             wait_leader_ms: 10_000,
             snapshot_every: self.snapshot_every,
             log_kept_after_snapshot: self.log_kept_after_snapshot,
+            sync_delay_ms: Default::default(),
         };
         let host = Arc::new(PlainHost::default());
         let endpoint = Arc::new(self.network.endpoint(&self.node(id).addr));

@@ -19,7 +19,7 @@ struct Builder;
 impl StoreBuilder<FlockRaft, LogStore, MachineStore, TempDir> for Builder {
     async fn build(&self) -> Result<(TempDir, LogStore, MachineStore), StorageError<FlockRaft>> {
         let dir = TempDir::new("suite");
-        let log = LogStore::open(&dir.path().join("log"))
+        let log = LogStore::open(&dir.path().join("log"), Default::default())
             .map_err(|e| StorageError::read(FlockRaft::err_from_error(&e)))?;
         let machine = MachineStore::open(
             &dir.path().join("snapshot"),
