@@ -295,6 +295,9 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
                         ),
                     );
                     field("raft_duplicates_skipped", &v.duplicates_skipped);
+                    // Equal on every node that applied the same log: the fault harness compares
+                    // it across nodes after healing.
+                    field("raft_state_digest", &shared.host.read().digest());
                 }
             }
         }
