@@ -104,6 +104,8 @@ pub enum ServerError {
         "{TEST_SYNC_DELAY_VAR} must name a file holding milliseconds from 0 to {TEST_SYNC_DELAY_MAX_MS}: {0}"
     )]
     TestSyncDelay(String),
+    #[error("the cluster refused this node: {0}")]
+    Refused(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -188,6 +190,14 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     });
 
     metrics.serving(shared.clone());
+    let refused = Arc::new(parking_lot::Mutex::new(None));
+    if let Some(cluster) = &shared.cluster {
+        tokio::spawn(stop_when_refused(
+            cluster.refusals(),
+            shared.shutdown.clone(),
+            refused.clone(),
+        ));
+    }
     let expiry = tokio::spawn(expiry::run(shared.clone()));
     tokio::spawn(reclaim_idle_names(shared.clone()));
     tokio::spawn(stats::sample_memory(shared.clone()));
@@ -246,7 +256,30 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         }
         info!("AOF flushed and synced; bye");
     }
-    Ok(())
+    match refused.lock().take() {
+        Some(why) => Err(ServerError::Refused(why)),
+        None => Ok(()),
+    }
+}
+
+/// A node its peers refuse (back with a wiped dir under its old id) can take no part in the
+/// cluster: it stops, and the reason (with the procedure) is the process's error.
+async fn stop_when_refused(
+    mut refusals: tokio::sync::watch::Receiver<Option<String>>,
+    shutdown: CancellationToken,
+    slot: Arc<parking_lot::Mutex<Option<String>>>,
+) {
+    let why = loop {
+        if let Some(why) = refusals.borrow_and_update().clone() {
+            break why;
+        }
+        if refusals.changed().await.is_err() {
+            return;
+        }
+    };
+    error!("the cluster refuses this node; stopping: {why}");
+    *slot.lock() = Some(why);
+    shutdown.cancel();
 }
 
 /// A single node's state to seed a new cluster with: its AOF, loaded, when the node has no

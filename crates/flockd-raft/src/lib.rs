@@ -8,12 +8,14 @@
 //! * [`state_machine`]: committed entries applied through the server's [`Host`] once each
 //!   ([`dedup`]); snapshots in the AOF rewrite format.
 //! * [`network`] and [`peer_server`]: the cluster port, both sides, on a [`transport`] (TCP,
-//!   or an in-memory network for in-process clusters).
+//!   or an in-memory network for in-process clusters); every connection starts with both
+//!   ends' [`identity`], so a member back with a wiped dir is refused.
 //! * [`node`]: a running node: proposing (forwarding to the leader, retrying after a leader
 //!   change), taking office, membership, and the view ROLE and INFO show.
 
 pub mod dedup;
 pub mod error;
+pub mod identity;
 pub mod log_store;
 pub mod network;
 pub mod node;

@@ -1,6 +1,7 @@
 //! The peer protocol on the cluster port: frames of `[u32 length][u64 request id][postcard
 //! body]`, requests and their responses matched by id, so one TCP connection per peer carries
-//! heartbeats, appends, votes, snapshot chunks and forwarded client writes at once. A client
+//! heartbeats, appends, votes, snapshot chunks and forwarded client writes at once. Each
+//! connection starts with a hello each way (node id and dir id, see [`crate::identity`]). A client
 //! connection reconnects on its next call after any failure; frames are bounded in size, and
 //! the number of requests a peer may have in flight on one connection is bounded too.
 
@@ -25,6 +26,7 @@ use tokio::sync::oneshot;
 use tracing::debug;
 
 use crate::dedup::Dedup;
+use crate::identity::{Identities, Identity};
 use crate::state_machine::SnapshotFile;
 use crate::transport::{PeerWriter, Transport};
 use crate::types::{FlockRaft, NodeId, Proposal, SnapshotMeta, Vote};
@@ -36,6 +38,10 @@ pub const SNAPSHOT_CHUNK: usize = 1 << 20;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Request {
+    /// The first message on every connection: who dials, from which dir.
+    Hello(Identity),
+    /// The dialer refuses the node it reached (that node lost its dir): why, before it hangs up.
+    Refuse(String),
     Append(AppendEntriesRequest<FlockRaft>),
     Vote(VoteRequest<FlockRaft>),
     PreVote(VoteRequest<FlockRaft>),
@@ -64,6 +70,10 @@ pub enum Request {
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Response {
+    /// The answer to a hello: who was reached.
+    Hello(Identity),
+    /// The answer to a hello from a node this one refuses: why.
+    Refused(String),
     Append(AppendEntriesResponse<FlockRaft>),
     Vote(VoteResponse<FlockRaft>),
     SnapshotChunk,
@@ -114,6 +124,14 @@ pub enum NetError {
     Encode(String),
     #[error("the peer failed: {0}")]
     Remote(String),
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("{addr} is node {found}, not node {expected}")]
+    WrongNode {
+        addr: String,
+        expected: NodeId,
+        found: NodeId,
+    },
 }
 
 /// Reads one frame: `(request id, body)`. `None` at a clean end of stream.
@@ -165,18 +183,30 @@ struct Connection {
 
 /// The client side of one peer: calls share one connection, made again after a failure.
 pub struct PeerClient {
-    /// `host:cport`.
+    /// The member this client calls, and its `host:cport`.
+    node: NodeId,
     addr: String,
     transport: Arc<dyn Transport>,
+    identities: Arc<Identities>,
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    /// When a refusal was last logged: openraft retries every heartbeat.
+    refusal_logged: Mutex<Option<std::time::Instant>>,
 }
 
 impl PeerClient {
-    pub fn new(addr: String, transport: Arc<dyn Transport>) -> PeerClient {
+    pub fn new(
+        node: NodeId,
+        addr: String,
+        transport: Arc<dyn Transport>,
+        identities: Arc<Identities>,
+    ) -> PeerClient {
         PeerClient {
+            node,
             addr,
             transport,
+            identities,
             connection: tokio::sync::Mutex::new(None),
+            refusal_logged: Mutex::new(None),
         }
     }
 
@@ -240,13 +270,66 @@ impl PeerClient {
             // Every caller still waiting sees its sender dropped: the connection is lost.
             reading.waiting.lock().clear();
         });
+        self.greet(&connection, timeout).await.inspect_err(|_| {
+            connection.dead.store(true, Ordering::Release);
+        })?;
         *slot = Some(connection.clone());
         Ok(connection)
+    }
+
+    /// The hello both ends of a new connection trade: each checks the other's dir.
+    async fn greet(&self, connection: &Arc<Connection>, timeout: Duration) -> Result<(), NetError> {
+        let me = self.identities.me();
+        match self
+            .call_on(connection, &Request::Hello(me), timeout)
+            .await?
+        {
+            Response::Hello(peer) if peer.node != self.node => Err(NetError::WrongNode {
+                addr: self.addr.clone(),
+                expected: self.node,
+                found: peer.node,
+            }),
+            Response::Hello(peer) => match self.identities.check(peer) {
+                Ok(()) => Ok(()),
+                Err(why) => {
+                    self.log_refusal(&why);
+                    // Told, the refused node stops; a lost message is sent again next call.
+                    if let Ok(bytes) = frame(0, &Request::Refuse(why.clone())) {
+                        let mut writer = connection.writer.lock().await;
+                        let _ =
+                            tokio::time::timeout(timeout, write_all(&mut *writer, &bytes)).await;
+                    }
+                    Err(NetError::Refused(why))
+                }
+            },
+            Response::Refused(why) => {
+                self.identities.refused_by_peer(why.clone());
+                Err(NetError::Refused(why))
+            }
+            other => Err(NetError::Remote(format!("a hello answered with {other:?}"))),
+        }
+    }
+
+    fn log_refusal(&self, why: &str) {
+        let mut last = self.refusal_logged.lock();
+        if last.is_none_or(|at| at.elapsed() > Duration::from_secs(5)) {
+            *last = Some(std::time::Instant::now());
+            tracing::error!("refusing node {} at {}: {why}", self.node, self.addr);
+        }
     }
 
     /// Sends `request` and waits up to `timeout` for its response.
     pub async fn call(&self, request: &Request, timeout: Duration) -> Result<Response, NetError> {
         let connection = self.connected(timeout).await?;
+        self.call_on(&connection, request, timeout).await
+    }
+
+    async fn call_on(
+        &self,
+        connection: &Arc<Connection>,
+        request: &Request,
+        timeout: Duration,
+    ) -> Result<Response, NetError> {
         let id = connection.next_id.fetch_add(1, Ordering::Relaxed);
         let bytes = frame(id, request)?;
         let (tx, rx) = oneshot::channel();
@@ -281,13 +364,15 @@ impl PeerClient {
 /// The client of every peer, by node id.
 pub struct Peers {
     transport: Arc<dyn Transport>,
+    identities: Arc<Identities>,
     clients: Mutex<HashMap<NodeId, Arc<PeerClient>>>,
 }
 
 impl Peers {
-    pub fn new(transport: Arc<dyn Transport>) -> Peers {
+    pub fn new(transport: Arc<dyn Transport>, identities: Arc<Identities>) -> Peers {
         Peers {
             transport,
+            identities,
             clients: Mutex::new(HashMap::new()),
         }
     }
@@ -299,7 +384,12 @@ impl Peers {
         match clients.get(&node) {
             Some(client) if client.addr() == cluster_addr => client.clone(),
             _ => {
-                let client = Arc::new(PeerClient::new(cluster_addr, self.transport.clone()));
+                let client = Arc::new(PeerClient::new(
+                    node,
+                    cluster_addr,
+                    self.transport.clone(),
+                    self.identities.clone(),
+                ));
                 clients.insert(node, client.clone());
                 client
             }

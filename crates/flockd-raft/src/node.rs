@@ -17,9 +17,10 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
 use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::sync::{oneshot, watch};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::error::{ClusterError, StartError};
+use crate::identity::{Identities, Identity};
 use crate::log_store::{LogStore, node as basic_node};
 use crate::network::{Forwarded, NetworkFactory, Peers, ReadPoint, Request, Response};
 use crate::peer_server::{BoxFuture, PeerHandler, serve_connection};
@@ -136,6 +137,8 @@ struct Node {
     in_office: std::sync::atomic::AtomicBool,
     /// When a leader's append (or heartbeat) last arrived.
     last_append: parking_lot::Mutex<Option<Instant>>,
+    /// This node's dir id and the ones it saw of its peers.
+    identities: Arc<Identities>,
 }
 
 /// A running cluster node.
@@ -207,6 +210,10 @@ impl Cluster {
         let dir = settings.dir.clone();
         std::fs::create_dir_all(&dir).map_err(io_at(&dir))?;
         let incarnation = next_incarnation(&dir)?;
+        let identities = Arc::new(
+            tokio::task::block_in_place(|| Identities::open(&dir, settings.node_id))
+                .map_err(io_at(&dir))?,
+        );
         let me = Me {
             node: settings.node_id,
             incarnation,
@@ -278,11 +285,11 @@ impl Cluster {
             // leader's sync and the followers' run at the same time (a commit still needs a
             // majority of synced copies, the leader's own counted only once it is synced).
             broadcast_submitted_on_append: Some(true),
-            // A follower whose log went back (its dir wiped, restarted under its old id against
-            // the docs' advice) is caught up from scratch with a snapshot. Without this,
-            // openraft's leader trips a debug assertion (a panic in debug builds) or, in release
-            // builds, keeps replicating from where the lost log ended. The wiped node's
-            // forgotten vote is the danger either way; refusing to catch it up does not undo it.
+            // A follower whose log went back is caught up from scratch with a snapshot. A wiped
+            // dir is refused at the hello (crate::identity), but a dir restored from an older
+            // copy of itself keeps its dir id. Without this, openraft's leader trips a debug
+            // assertion (a panic in debug builds) or, in release builds, keeps replicating from
+            // where the lost log ended.
             allow_log_reversion: Some(true),
             ..Default::default()
         };
@@ -291,7 +298,7 @@ impl Cluster {
                 .validate()
                 .map_err(|e| StartError::Raft(e.to_string()))?,
         );
-        let peers = Arc::new(Peers::new(transport.clone()));
+        let peers = Arc::new(Peers::new(transport.clone(), identities.clone()));
         let network = NetworkFactory {
             peers: peers.clone(),
             transfers: Arc::new(AtomicU64::new(1)),
@@ -300,6 +307,7 @@ impl Cluster {
         let raft = openraft::Raft::new(settings.node_id, config, network, log, store.clone())
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
+        identities.watch_membership(raft.metrics());
 
         let addr = SocketAddr::new(settings.bind, settings.cport);
         let listener = transport
@@ -323,6 +331,7 @@ impl Cluster {
             leading,
             in_office: std::sync::atomic::AtomicBool::new(false),
             last_append: parking_lot::Mutex::new(None),
+            identities,
         });
         tokio::spawn(serve_peers(listener, node.clone()));
         // The first start of the member with the smallest id in the peers forms the cluster
@@ -820,6 +829,20 @@ fn answer<T, E: std::fmt::Display>(result: Result<T, E>, wrap: fn(T) -> Response
 }
 
 impl PeerHandler for Node {
+    fn greet(&self, peer: Identity) -> Result<Identity, String> {
+        match self.identities.check(peer) {
+            Ok(()) => Ok(self.identities.me()),
+            Err(why) => {
+                error!("refusing a connection from node {}: {why}", peer.node);
+                Err(why)
+            }
+        }
+    }
+
+    fn refused(&self, why: String) {
+        self.identities.refused_by_peer(why);
+    }
+
     fn handle(&self, request: Request) -> BoxFuture<'_, Response> {
         Box::pin(async move {
             let raft = &self.raft;
@@ -838,8 +861,10 @@ impl PeerHandler for Node {
                 Request::ReadIndex => Response::ReadPoint(self.read_index_here().await),
                 Request::SnapshotBegin { .. }
                 | Request::SnapshotChunk { .. }
-                | Request::SnapshotEnd { .. } => {
-                    Response::Failed("snapshot messages belong to their connection".to_owned())
+                | Request::SnapshotEnd { .. }
+                | Request::Hello(_)
+                | Request::Refuse(_) => {
+                    Response::Failed("this message belongs to its connection".to_owned())
                 }
             }
         })

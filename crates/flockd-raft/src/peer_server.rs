@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{Semaphore, mpsc};
 
+use crate::identity::Identity;
 use crate::network::{Request, Response, frame, read_frame, write_all};
 use crate::state_machine::{MachineStore, SnapshotFile};
 use crate::transport::PeerStream;
@@ -23,6 +24,10 @@ pub const IN_FLIGHT: usize = 256;
 pub const MAX_SNAPSHOT: u64 = 64 << 30;
 
 pub trait PeerHandler: Send + Sync + 'static {
+    /// A dialer's hello: this node's identity to answer with, or why the dialer is refused.
+    fn greet(&self, peer: Identity) -> Result<Identity, String>;
+    /// A peer refused this node, and said why.
+    fn refused(&self, why: String);
     fn handle(&self, request: Request) -> BoxFuture<'_, Response>;
     fn install(
         &self,
@@ -60,6 +65,7 @@ pub async fn serve_connection(
     });
     let permits = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut receiving: Option<Receiving> = None;
+    let mut greeted = false;
     let result = loop {
         let (id, body) = match read_frame(&mut reader).await {
             Ok(Some(frame)) => frame,
@@ -74,6 +80,24 @@ pub async fn serve_connection(
             }
         };
         match request {
+            Request::Hello(peer) => match handler.greet(peer) {
+                Ok(me) => {
+                    greeted = true;
+                    send(&replies, id, &Response::Hello(me)).await;
+                }
+                Err(why) => {
+                    send(&replies, id, &Response::Refused(why)).await;
+                    break Ok(());
+                }
+            },
+            Request::Refuse(why) => {
+                handler.refused(why);
+                break Ok(());
+            }
+            _ if !greeted => {
+                let why = "the cluster port takes a hello first (a flockd of another version?)";
+                send(&replies, id, &Response::Failed(why.to_owned())).await;
+            }
             Request::SnapshotBegin { transfer } => {
                 let path = store.receiving_path(transfer);
                 let response = match tokio::fs::File::create(&path).await {
