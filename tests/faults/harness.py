@@ -1,0 +1,979 @@
+#!/usr/bin/env python3
+"""Fault harness for a flockd cluster, with a history checker.
+
+Starts 3 or 5 real `flockd` nodes, each in a network namespace of its own (veth pairs to a
+bridge in a hub namespace, addresses of 10.77.77.0/24, which exists only inside those
+namespaces), runs clients against every node and injects faults one at a time or in a random
+mix: kill -9 of the leader, of a follower, of two nodes of five; SIGSTOP of the leader for
+three election timeouts; the leader or a follower cut off from the other nodes, or a clean
+majority/minority split (nftables drop rules in the nodes' namespaces); a follower's `dir`
+wiped, the node replaced under a new id with FLOCK.CLUSTER REMOVE / ADD; a slow disk on one
+node (a delay before every Raft log sync, behind the test-only FLOCKD_TEST_SYNC_DELAY_FILE).
+`--mode loopback` runs the faults that need no namespaces (kills, pauses, wipes, slow disks)
+with every node on 127.0.0.1.
+
+Every request is recorded with its send time, reply time, node and result; the checker then
+proves, over the whole history:
+  * per lock name, tokens are unique and increase in real-time order;
+  * every acknowledged grant and fence write is in the final state (last-token, FENCE.TOKEN),
+    and no acknowledged release left its holding in place;
+  * no node cut off from the majority (or paused) answered anything but an error;
+  * no read was older than a write acknowledged before the read was sent;
+  * no lease ended (another holder granted) before its length since the grant or renewal was
+    sent, unless its release had been sent;
+  * after each healing, one leader, and every node at the same applied index and state digest
+    within 5 s.
+It prints a summary table and exits 1 naming the first bad operations if any check fails.
+
+Run as root (namespaces, nftables):  python3 tests/faults/harness.py --nodes 3 --rounds 50
+Every process it starts is stopped by pid, every namespace removed, on every exit path.
+"""
+
+import argparse
+import atexit
+import bisect
+import ctypes
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import redis
+import redis.backoff
+import redis.retry
+
+SUBNET = "10.77.77"
+CLIENT_ADDR = SUBNET + ".2"
+CLONE_NEWNET = 0x40000000
+ELECTION_TIMEOUT_MS = 500  # the contract's default, which the nodes run with
+
+PARTITION_KINDS = ["partition-leader", "partition-follower", "split"]
+KINDS = [
+    "kill-leader",
+    "kill-follower",
+    "kill-two",
+    "pause-leader",
+    "partition-leader",
+    "partition-follower",
+    "split",
+    "wipe-follower",
+    "slow-disk",
+]
+
+
+def now():
+    return time.monotonic()
+
+
+def sh(*args, check=True, input=None):
+    return subprocess.run(
+        list(args), check=check, input=input, capture_output=True, text=True, timeout=30
+    )
+
+
+# ----------------------------------------------------------------------------- the network
+
+
+class Network:
+    """Network namespaces: a hub with a bridge, one namespace per node, one for the clients."""
+
+    def __init__(self, size):
+        tag = f"flkf{os.getpid() % 100000}"
+        self.hub = f"{tag}-hub"
+        self.client = f"{tag}-cli"
+        self.nodes = [f"{tag}-n{i}" for i in range(size)]
+        self.made = []
+
+    def address(self, slot):
+        return f"{SUBNET}.{11 + slot}"
+
+    def up(self):
+        for ns in [self.hub, self.client] + self.nodes:
+            sh("ip", "netns", "add", ns)
+            self.made.append(ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "-n", self.hub, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", self.hub, "link", "set", "br0", "up")
+        ends = [(self.client, CLIENT_ADDR, "hc")] + [
+            (ns, self.address(i), f"h{i}") for i, ns in enumerate(self.nodes)
+        ]
+        for ns, addr, hub_end in ends:
+            sh("ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name",
+               hub_end, "netns", self.hub)
+            sh("ip", "-n", self.hub, "link", "set", hub_end, "master", "br0")
+            sh("ip", "-n", self.hub, "link", "set", hub_end, "up")
+            sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+
+    def enter_client_namespace(self):
+        """Moves this thread (and every thread and process it starts later) into the clients'
+        namespace: the controller and the clients reach the nodes from there."""
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        fd = os.open(f"/run/netns/{self.client}", os.O_RDONLY)
+        try:
+            if libc.setns(fd, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns into the clients' namespace")
+        finally:
+            os.close(fd)
+
+    def cut(self, minority, majority):
+        """Drops every packet between the two sides, in the minority nodes' namespaces."""
+        others = ", ".join(self.address(s) for s in majority)
+        rules = (
+            "table inet flkfault {\n"
+            f"  chain in {{ type filter hook input priority 0; policy accept; ip saddr {{ {others} }} drop; }}\n"
+            f"  chain out {{ type filter hook output priority 0; policy accept; ip daddr {{ {others} }} drop; }}\n"
+            "}\n"
+        )
+        for slot in minority:
+            sh("ip", "netns", "exec", self.nodes[slot], "nft", "-f", "-", input=rules)
+
+    def heal(self, slots):
+        for slot in slots:
+            sh("ip", "netns", "exec", self.nodes[slot], "nft", "delete", "table", "inet",
+               "flkfault", check=False)
+
+    def down(self):
+        for ns in reversed(self.made):
+            sh("ip", "netns", "del", ns, check=False)
+        self.made = []
+
+
+# ----------------------------------------------------------------------------- the nodes
+
+
+def free_ports(n):
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Node:
+    def __init__(self, slot, host, port, cport, ns, root, binary):
+        self.slot, self.host, self.port, self.cport, self.ns = slot, host, port, cport, ns
+        self.binary = binary
+        self.id = slot + 1
+        self.dir = os.path.join(root, f"node{slot}")
+        self.log_path = os.path.join(root, f"node{slot}.log")
+        self.slow_file = os.path.join(root, f"node{slot}.sync-delay-ms")
+        self.proc = None
+
+    def addr(self):
+        return f"{self.host}:{self.port}@{self.cport}"
+
+    def start(self, peers):
+        os.makedirs(self.dir, exist_ok=True)
+        cmd = [self.binary, "--bind", self.host, "--port", str(self.port), "--dir", self.dir,
+               "--node-id", str(self.id), "--cluster-peers", peers]
+        if self.ns:
+            cmd = ["ip", "netns", "exec", self.ns] + cmd  # ip execs flockd: the pid is flockd's
+        env = dict(os.environ, FLOCKD_LOG_LEVEL="info,openraft=warn",
+                   FLOCKD_TEST_SYNC_DELAY_FILE=self.slow_file)
+        log = open(self.log_path, "a")
+        log.write(f"--- start {time.strftime('%H:%M:%S')} id {self.id}\n")
+        log.flush()
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env,
+                                     stdin=subprocess.DEVNULL)
+        log.close()
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig):
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def kill9(self):
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                os.kill(self.proc.pid, signal.SIGCONT)
+                os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def call(self, *args, timeout=1.0):
+        r = redis.Redis(host=self.host, port=self.port, socket_timeout=timeout,
+                        socket_connect_timeout=timeout, retry=redis.retry.Retry(
+                            redis.backoff.NoBackoff(), 0))
+        try:
+            return r.execute_command(*args)
+        finally:
+            r.close()
+
+    def replication(self):
+        try:
+            return self.call("INFO", "replication")
+        except (redis.RedisError, OSError):
+            return None
+
+    def log_tail(self, lines=15):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class Cluster:
+    def __init__(self, size, mode, root, binary, net):
+        self.mode, self.net = mode, net
+        if mode == "netns":
+            self.nodes = [Node(i, net.address(i), 6379, 16379, net.nodes[i], root, binary)
+                          for i in range(size)]
+        else:
+            ports = free_ports(2 * size)
+            self.nodes = [Node(i, "127.0.0.1", ports[i], ports[size + i], None, root, binary)
+                          for i in range(size)]
+        self.next_id = size + 1
+        self.joining = set()  # slots started under a new id, not yet added
+
+    def peers(self, slots=None):
+        slots = range(len(self.nodes)) if slots is None else slots
+        return ",".join(f"{self.nodes[s].id}={self.nodes[s].addr()}" for s in slots)
+
+    def start_all(self):
+        peers = self.peers()
+        for n in self.nodes:
+            n.start(peers)
+
+    def stop_all(self):
+        for n in self.nodes:
+            n.kill9()
+
+    def leader(self, timeout=15.0):
+        """The slot of the node every running node agrees leads, once they do."""
+        deadline = now() + timeout
+        while now() < deadline:
+            leaders = set()
+            states = []
+            for n in self.nodes:
+                if not n.running() or n.slot in self.joining:
+                    continue
+                info = n.replication()
+                if info is None:
+                    leaders.add(None)
+                    continue
+                leaders.add(info.get("raft_leader_id"))
+                states.append((n.slot, info.get("raft_state")))
+            if len(leaders) == 1 and None not in leaders and 0 not in leaders:
+                lid = leaders.pop()
+                for n in self.nodes:
+                    if n.id == lid and n.running():
+                        return n.slot
+            time.sleep(0.05)
+        raise Failure("no leader agreed on within %.0f s" % timeout)
+
+    def converged(self, timeout=5.0):
+        """Waits for one leader and equal applied index and digest on every node; returns the
+        time it took, or raises with what differed."""
+        start = now()
+        last = None
+        while now() - start < timeout:
+            infos = [n.replication() for n in self.nodes]
+            if all(infos):
+                leaders = [i for i in infos if i.get("raft_state") == "leader"]
+                keys = {(i.get("raft_leader_id"), i.get("raft_applied_index"),
+                         i.get("raft_state_digest")) for i in infos}
+                if len(leaders) == 1 and len(keys) == 1:
+                    return now() - start
+            last = [None if i is None else (i.get("raft_node_id"), i.get("raft_state"),
+                                            i.get("raft_leader_id"),
+                                            i.get("raft_applied_index"),
+                                            i.get("raft_state_digest")) for i in infos]
+            time.sleep(0.05)
+        raise Failure(f"not converged {timeout:.0f} s after healing: {last}")
+
+    def wait_answers(self, node, timeout=15.0):
+        deadline = now() + timeout
+        while now() < deadline:
+            try:
+                if node.call("PING") in (b"PONG", True, "PONG"):
+                    return
+            except (redis.RedisError, OSError):
+                pass
+            time.sleep(0.05)
+        raise Failure(f"node in slot {node.slot} does not answer:\n{node.log_tail()}")
+
+    def on_leader(self, *args, timeout=20.0):
+        """Sends a membership command to whoever leads, until it is accepted."""
+        deadline = now() + timeout
+        last = None
+        while now() < deadline:
+            try:
+                leader = self.nodes[self.leader(timeout=deadline - now())]
+                reply = leader.call(*args, timeout=10.0)
+                if reply in (b"OK", True, "OK"):
+                    return
+                last = reply
+            except (redis.RedisError, OSError, Failure) as e:
+                last = e
+            time.sleep(0.2)
+        raise Failure(f"{' '.join(map(str, args))} not accepted: {last}")
+
+
+class Failure(Exception):
+    pass
+
+
+# ----------------------------------------------------------------------------- the clients
+
+
+class Clients:
+    """32 (by default) client threads; each records every request it sends."""
+
+    def __init__(self, cluster, count, names, seed):
+        self.cluster = cluster
+        self.names = names
+        self.seed = seed
+        self.stop = threading.Event()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.busy = 0
+        self.busy_lock = threading.Condition()
+        self.histories = [[] for _ in range(count)]
+        self.threads = [threading.Thread(target=self.run, args=(c,), daemon=True)
+                        for c in range(count)]
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def pause(self, timeout=10.0):
+        """Stops new cycles and waits for the ones under way (each is bounded by its timeouts)."""
+        self.gate.clear()
+        deadline = now() + timeout
+        with self.busy_lock:
+            while self.busy and now() < deadline:
+                self.busy_lock.wait(0.05)
+
+    def resume(self):
+        self.gate.set()
+
+    def finish(self):
+        self.stop.set()
+        self.gate.set()
+        for t in self.threads:
+            t.join(timeout=15)
+
+    def history(self):
+        return sorted((op for h in self.histories for op in h), key=lambda o: o["s"])
+
+    def run(self, c):
+        rng = random.Random(self.seed * 1000 + c)
+        nodes = self.cluster.nodes
+        # a quarter of the clients stay on one node whatever happens (some on the minority side)
+        pinned = c % 4 == 0
+        slot = c % len(nodes)
+        conn = None
+        hist = self.histories[c]
+        seq = 0
+
+        def connect():
+            n = nodes[slot]
+            return redis.Redis(host=n.host, port=n.port, socket_timeout=6.0,
+                               socket_connect_timeout=1.0,
+                               retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0))
+
+        def send(op, name, *args, tok=None, lease=None):
+            nonlocal conn, slot
+            if conn is None:
+                conn = connect()
+            rec = {"c": c, "node": slot, "op": op, "name": name, "tok": tok, "lease": lease}
+            rec["s"] = now()
+            try:
+                v = conn.execute_command(*args)
+                rec["r"] = now()
+                if v is None:
+                    rec["res"] = "null"
+                else:
+                    rec["res"], rec["v"] = "ok", int(v)
+            except redis.ResponseError as e:
+                rec["r"] = now()
+                rec["res"], rec["v"] = "err", str(e)[:120]
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+                rec["r"] = now()
+                text = str(e)
+                # refused at connect time: nothing was sent
+                rec["res"] = "unsent" if ("refused" in text or "111" in text) else "unknown"
+                rec["v"] = text[:120]
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+                conn = None
+            hist.append(rec)
+            failed = rec["res"] in ("unsent", "unknown") or (
+                rec["res"] == "err" and rec["v"].startswith("CLUSTERDOWN"))
+            if failed:
+                if not pinned:
+                    slot = rng.choice([s for s in range(len(nodes)) if s != slot])
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+                time.sleep(0.05)
+            return rec
+
+        while not self.stop.is_set():
+            self.gate.wait()
+            if self.stop.is_set():
+                break
+            with self.busy_lock:
+                if not self.gate.is_set():
+                    continue
+                self.busy += 1
+            try:
+                seq += 1
+                name = rng.choice(self.names)
+                owner = f"c{c}-{seq}"
+                lease = rng.randint(400, 2000)
+                rec = send("acquire", name, "FLOCK.ACQUIRE", name, lease, "OWNER", owner,
+                           lease=lease)
+                if rec["res"] == "ok":
+                    tok = rec["v"]
+                    send("fence-set", name, "FENCE.SET", "f:" + name, tok, f"{owner}:{tok}",
+                         tok=tok)
+                    if rng.random() < 0.4:
+                        time.sleep(rng.random() * 0.05)
+                        lease2 = rng.randint(400, 2000)
+                        send("renew", name, "FLOCK.RENEW", name, tok, lease2, tok=tok,
+                             lease=lease2)
+                    if rng.random() < 0.3:
+                        send("token", name, "FLOCK.TOKEN", name)
+                        send("fence-token", name, "FENCE.TOKEN", "f:" + name)
+                    if rng.random() < 0.9:  # the rest expire
+                        send("release", name, "FLOCK.RELEASE", name, tok, tok=tok)
+                elif rng.random() < 0.5:
+                    send("token", name, "FLOCK.TOKEN", name)
+                time.sleep(rng.random() * 0.01)
+            finally:
+                with self.busy_lock:
+                    self.busy -= 1
+                    self.busy_lock.notify_all()
+        if conn is not None:
+            conn.close()
+
+
+# ----------------------------------------------------------------------------- the checker
+
+
+def check(history, windows, final, convergence_failures):
+    """Every violation as (check, text, [operations])."""
+    bad = list(convergence_failures)
+    by_name = {}
+    for op in history:
+        by_name.setdefault(op["name"], []).append(op)
+    for name, ops in by_name.items():
+        grants = [o for o in ops if o["op"] == "acquire" and o["res"] == "ok"]
+        # unique tokens
+        seen = {}
+        for g in grants:
+            if g["v"] in seen:
+                bad.append(("unique tokens", f"{name}: token {g['v']} granted twice",
+                            [seen[g["v"]], g]))
+            seen[g["v"]] = g
+        # real-time order: a grant acknowledged before another was sent has a lower token
+        by_reply = sorted(grants, key=lambda o: o["r"])
+        i, best = 0, None
+        for g in sorted(grants, key=lambda o: o["s"]):
+            while i < len(by_reply) and by_reply[i]["r"] < g["s"]:
+                if best is None or by_reply[i]["v"] > best["v"]:
+                    best = by_reply[i]
+                i += 1
+            if best is not None and best["v"] >= g["v"]:
+                bad.append(("tokens in real-time order",
+                            f"{name}: token {g['v']} sent after token {best['v']} was acknowledged",
+                            [best, g]))
+        # leases: the next holder is granted no earlier than a lease's length after its send
+        releases = {}
+        for o in ops:
+            if o["op"] == "release" and o["res"] not in ("unsent",):
+                releases.setdefault(o["tok"], []).append(o["s"])
+        renews = {}  # a holding's renewals, in the order its one client sent them
+        for o in ops:
+            if o["op"] == "renew" and o["res"] in ("ok", "unknown"):
+                renews.setdefault(o["tok"], []).append(o)
+        by_token = sorted(grants, key=lambda o: o["v"])
+        later_min = [None] * len(by_token)
+        running = None
+        for k in range(len(by_token) - 1, -1, -1):
+            later_min[k] = running
+            if running is None or by_token[k]["r"] < running["r"]:
+                running = by_token[k]
+        for k, g in enumerate(by_token):
+            nxt = later_min[k]
+            if nxt is None:
+                continue
+            # a renewal sets the lease to its length from then, which may shorten it; one whose
+            # answer was lost may or may not have done so
+            end, cause = g["s"] + g["lease"] / 1000.0, g
+            for rn in renews.get(g["v"], []):
+                if rn["s"] > nxt["r"]:
+                    break
+                renewed = rn["s"] + rn["lease"] / 1000.0
+                if rn["res"] == "ok" or renewed < end:
+                    end, cause = renewed, rn
+            released = [s for s in releases.get(g["v"], []) if s < nxt["r"]]
+            # (a higher token answered before this grant was sent is an order violation)
+            if not released and g["s"] < nxt["r"] < end - 0.002:
+                bad.append(("lease length",
+                            f"{name}: token {nxt['v']} granted {1000 * (end - nxt['r']):.0f} ms "
+                            f"before the lease of token {g['v']} could end", [cause, nxt]))
+        # reads: never older than a write acknowledged before the read was sent
+        for read_op, write_op, in_write in (("token", "acquire", lambda o: o["v"]),
+                                            ("fence-token", "fence-set", lambda o: o["tok"])):
+            writes = sorted((o for o in ops if o["op"] == write_op and o["res"] == "ok"
+                             and (write_op == "acquire" or o["v"] == 1)),
+                            key=lambda o: o["r"])
+            j, best = 0, None
+            for rd in sorted((o for o in ops if o["op"] == read_op and o["res"] == "ok"),
+                             key=lambda o: o["s"]):
+                while j < len(writes) and writes[j]["r"] < rd["s"]:
+                    if best is None or in_write(writes[j]) > in_write(best):
+                        best = writes[j]
+                    j += 1
+                if best is not None and rd["v"] < in_write(best):
+                    bad.append(("stale read", f"{name}: {read_op} read {rd['v']} after "
+                                f"{in_write(best)} was acknowledged", [best, rd]))
+        # the final state holds every acknowledged write
+        fin = final.get(name)
+        if fin is not None:
+            if grants:
+                top = max(grants, key=lambda o: o["v"])
+                if fin["last-token"] < top["v"]:
+                    bad.append(("final state", f"{name}: last-token {fin['last-token']} below "
+                                f"acknowledged token {top['v']}", [top]))
+            fences = [o for o in ops if o["op"] == "fence-set" and o["res"] == "ok"
+                      and o["v"] == 1]
+            if fences:
+                top = max(fences, key=lambda o: o["tok"])
+                if fin["fence-token"] < top["tok"]:
+                    bad.append(("final state", f"f:{name}: FENCE.TOKEN {fin['fence-token']} "
+                                f"below acknowledged write {top['tok']}", [top]))
+            if fin["locked"]:
+                for o in ops:
+                    if (o["op"] == "release" and o["tok"] == fin["token"] and o["res"] == "ok"
+                            and o["v"] == 1):
+                        bad.append(("final state", f"{name}: still held by token "
+                                    f"{fin['token']}, whose release was acknowledged", [o]))
+    # nothing but errors from a node cut off from the majority, or paused: requests sent after
+    # the cut (or SIGSTOP) was in place and answered before it was lifted
+    sends = [o["s"] for o in history]  # the history is sorted by send time
+    for w in windows:
+        if not w["isolated"]:
+            continue
+        for op in history[bisect.bisect_right(sends, w["iso0"]):
+                          bisect.bisect_left(sends, w["iso1"])]:
+            if (op["node"] in w["isolated"] and op["r"] < w["iso1"]
+                    and op["res"] in ("ok", "null")):
+                bad.append(("isolated node answered",
+                            f"{w['kind']} round {w['round']}: slot {op['node']} answered while "
+                            "cut off from the majority", [op]))
+    return bad
+
+
+def percentile(values, p):
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100.0 * (len(values) - 1))))]
+
+
+def summarize(history, windows, kinds):
+    """Per fault kind: rounds, operations, unavailability, latency during faults, healing."""
+    # answered: a token, a 1/0 or a null (the lock is held) is an answer the cluster committed
+    # or read linearizably; unavailability is the longest time with no answer anywhere
+    answered = sorted(o["r"] for o in history if o["res"] in ("ok", "null"))
+    sends = [o["s"] for o in history]  # the history is sorted by send time
+    rows = []
+    for kind in kinds:
+        ws = [w for w in windows if w["kind"] == kind]
+        if not ws:
+            continue
+        gaps, lat, ops = [], [], 0
+        for w in ws:
+            # from the fault to the check after healing (the clients are held back for that)
+            lo, hi = w["t0"], w.get("gated", w["t1"])
+            k = bisect.bisect_right(answered, lo)
+            prev, gap = lo, 0.0
+            while k < len(answered) and answered[k] <= hi:
+                gap = max(gap, answered[k] - prev)
+                prev = answered[k]
+                k += 1
+            gap = max(gap, hi - prev) if prev < hi else gap
+            gaps.append(gap)
+            for o in history[bisect.bisect_left(sends, w["t0"]):
+                             bisect.bisect_right(sends, w["t1"])]:
+                ops += 1
+                if o["res"] in ("ok", "null"):
+                    lat.append(o["r"] - o["s"])
+        heal = [w["converged"] for w in ws if w.get("converged") is not None]
+        rows.append({
+            "kind": kind, "rounds": len(ws), "ops": ops,
+            "unavail_p50_ms": 1000 * percentile(gaps, 50),
+            "unavail_max_ms": 1000 * max(gaps),
+            "lat_p50_ms": 1000 * (percentile(lat, 50) or 0),
+            "lat_p99_ms": 1000 * (percentile(lat, 99) or 0),
+            "heal_max_ms": 1000 * max(heal) if heal else float("nan"),
+        })
+    return rows
+
+
+# ----------------------------------------------------------------------------- the faults
+
+
+class Controller:
+    def __init__(self, cluster, clients, rng, log):
+        self.cluster, self.clients, self.rng, self.log = cluster, clients, rng, log
+        self.windows = []
+        self.convergence_failures = []
+
+    def others(self, slot):
+        return [n.slot for n in self.cluster.nodes if n.slot != slot]
+
+    def round(self, number, kind):
+        c = self.cluster
+        leader = c.leader()
+        followers = self.others(leader)
+        w = {"kind": kind, "round": number, "isolated": [], "t0": now()}
+        if kind == "kill-leader":
+            self.kill_and_restart([leader], hold=2.0)
+        elif kind == "kill-follower":
+            self.kill_and_restart([self.rng.choice(followers)], hold=2.0)
+        elif kind == "kill-two":
+            self.kill_and_restart([leader, self.rng.choice(followers)], hold=2.0)
+        elif kind == "pause-leader":
+            node = c.nodes[leader]
+            w["isolated"] = [leader]
+            node.signal(signal.SIGSTOP)
+            w["iso0"] = now()
+            time.sleep(3 * ELECTION_TIMEOUT_MS / 1000.0)
+            w["iso1"] = now()
+            node.signal(signal.SIGCONT)
+        elif kind in PARTITION_KINDS:
+            if kind == "partition-leader":
+                minority = [leader]
+            elif kind == "partition-follower":
+                minority = [self.rng.choice(followers)]
+            else:  # a clean split: the leader and as many others as keep it a minority
+                size = (len(c.nodes) - 1) // 2
+                minority = [leader] + self.rng.sample(followers, size - 1)
+            majority = [s for s in range(len(c.nodes)) if s not in minority]
+            w["isolated"] = minority
+            c.net.cut(minority, majority)
+            w["iso0"] = now()
+            time.sleep(2.5)
+            w["iso1"] = now()
+            c.net.heal(minority)
+        elif kind == "wipe-follower":
+            self.wipe_and_replace(self.rng.choice(followers))
+        elif kind == "slow-disk":
+            slot = leader if number % 2 == 0 else self.rng.choice(followers)
+            node = c.nodes[slot]
+            with open(node.slow_file, "w") as f:
+                f.write("40")
+            time.sleep(3.0)
+            with open(node.slow_file, "w") as f:
+                f.write("0")
+            w["slow"] = slot
+        else:
+            raise ValueError(kind)
+        w["t1"] = now()
+        self.windows.append(w)
+        # after healing: one leader, then (clients held back) equal state everywhere in 5 s
+        try:
+            c.leader(timeout=15.0)
+            w["gated"] = now()
+            self.clients.pause()
+            w["converged"] = c.converged(timeout=5.0)
+        except Failure as e:
+            self.convergence_failures.append(
+                ("healing", f"{kind} round {number}: {e}", []))
+            w["converged"] = None
+        finally:
+            self.clients.resume()
+        self.log(f"round {number:3d} {kind:18s} fault {w['t1'] - w['t0']:5.2f} s, "
+                 f"healed in {(w['converged'] or float('nan')) * 1000:5.0f} ms")
+
+    def kill_and_restart(self, slots, hold):
+        c = self.cluster
+        for s in slots:
+            c.nodes[s].kill9()
+        time.sleep(hold)
+        for s in slots:
+            c.nodes[s].start(c.peers())
+        for s in slots:
+            c.wait_answers(c.nodes[s])
+
+    def wipe_and_replace(self, slot):
+        """A follower loses its dir. Started again under its old id it must be refused (it
+        forgot its vote) and stop with the procedure; then the procedure: remove it, start it
+        empty under a new id, add it."""
+        c = self.cluster
+        node = c.nodes[slot]
+        old = node.id
+        node.kill9()
+        shutil.rmtree(node.dir, ignore_errors=True)
+        node.start(c.peers())
+        try:
+            code = node.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            node.kill9()
+            raise Failure(f"node {old}, wiped and started again under its old id, was not "
+                          f"refused within 20 s:\n{node.log_tail()}")
+        tail = node.log_tail(40)
+        if code == 0 or "FLOCK.CLUSTER REMOVE" not in tail:
+            raise Failure(f"node {old}, wiped, exited {code} without the procedure:\n{tail}")
+        node.proc = None
+        shutil.rmtree(node.dir, ignore_errors=True)
+        c.on_leader("FLOCK.CLUSTER", "REMOVE", old)
+        node.id = c.next_id
+        c.next_id += 1
+        c.joining.add(slot)
+        node.start(c.peers())
+        c.wait_answers(node)
+        c.on_leader("FLOCK.CLUSTER", "ADD", node.id, node.addr())
+        c.joining.discard(slot)
+
+
+def final_state(cluster, names):
+    """Every name's counter, holding and fence token, read through one node (linearizable)."""
+    c = cluster
+    node = c.nodes[c.leader()]
+    out = {}
+    for name in names:
+        status = node.call("FLOCK.STATUS", name, timeout=5.0)
+        if isinstance(status, dict):
+            fields = {k.decode() if isinstance(k, bytes) else k: v for k, v in status.items()}
+        else:
+            it = iter(status)
+            fields = {k.decode(): v for k, v in zip(it, it)}
+        out[name] = {
+            "last-token": int(fields["last-token"]),
+            "locked": int(fields["locked"]) == 1,
+            "token": None if fields["token"] is None else int(fields["token"]),
+            "fence-token": int(node.call("FENCE.TOKEN", "f:" + name, timeout=5.0)),
+        }
+    return out
+
+
+def self_test():
+    """The checker against small hand-made histories: a clean one passes, and each kind of
+    violation is found and named. Runs before every harness run (no root needed)."""
+    def op(c, kind, s, r, res="ok", v=None, tok=None, lease=None, node=0, name="n"):
+        return {"c": c, "node": node, "op": kind, "name": name, "tok": tok, "lease": lease,
+                "s": s, "r": r, "res": res, "v": v}
+
+    def clean():  # tokens may skip numbers (a grant whose answer was lost)
+        return [
+            op(1, "acquire", 0.0, 0.01, v=10, lease=1000),
+            op(1, "fence-set", 0.02, 0.03, v=1, tok=10),
+            op(1, "release", 0.04, 0.05, v=1, tok=10),
+            op(2, "acquire", 0.06, 0.07, v=20, lease=500),
+            op(2, "renew", 0.08, 0.09, v=1, tok=20, lease=300),
+            op(3, "acquire", 0.40, 0.41, v=30, lease=1000),  # 20's lease, renewed, ended by 0.38
+            op(4, "token", 0.42, 0.43, v=30),
+            op(4, "fence-token", 0.44, 0.45, v=10),
+        ]
+    final = {"n": {"last-token": 30, "locked": True, "token": 30, "fence-token": 10}}
+    cases = {
+        None: (clean(), final, []),
+        "unique tokens": (clean() + [op(5, "acquire", 0.395, 0.415, v=30, lease=10)], final, []),
+        "tokens in real-time order": (
+            clean() + [op(5, "acquire", 3.0, 3.01, v=25, lease=10)], final, []),
+        "lease length": (
+            [o for o in clean() if o["op"] != "renew"], final, []),
+        "stale read": (clean() + [op(6, "token", 0.5, 0.51, v=20)], final, []),
+        "final state": (clean(), {"n": dict(final["n"], **{"last-token": 20})}, []),
+        "isolated node answered": (
+            clean() + [op(7, "token", 0.6, 0.61, v=30, node=1)], final,
+            [{"kind": "partition-follower", "round": 1, "isolated": [1], "iso0": 0.55,
+              "iso1": 0.7}]),
+    }
+    for expected, (history, fin, windows) in cases.items():
+        history = sorted(history, key=lambda o: o["s"])
+        found = {what for what, _, _ in check(history, windows, fin, [])}
+        want = set() if expected is None else {expected}
+        if found != want:
+            sys.exit(f"checker self-test: a history with {expected or 'no violation'} "
+                     f"gave {sorted(found) or 'none'}")
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def netns_available():
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return False
+    probe = f"flkfprobe{os.getpid()}"
+    ok = sh("ip", "netns", "add", probe, check=False).returncode == 0
+    sh("ip", "netns", "del", probe, check=False)
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", default=os.environ.get("FLOCKD_BIN", "target/release/flockd"))
+    ap.add_argument("--nodes", type=int, choices=(3, 5), default=3)
+    ap.add_argument("--mode", choices=("auto", "netns", "loopback"), default="auto")
+    ap.add_argument("--kinds", default="all",
+                    help="comma-separated fault kinds, or 'all' (each in turn)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of each kind")
+    ap.add_argument("--mix", action="store_true",
+                    help="the rounds in a random order instead of kind by kind")
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--names", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=int(os.environ.get("FLOCKD_FAULT_SEED", "0"))
+                    or random.randrange(1, 1 << 30))
+    ap.add_argument("--max-seconds", type=float, default=600.0,
+                    help="stop starting rounds after this long")
+    ap.add_argument("--keep", help="keep the nodes' dirs, logs and the history in this folder")
+    ap.add_argument("--json", help="write the summary rows here")
+    ap.add_argument("--self-test", action="store_true",
+                    help="only check the checker against hand-made histories")
+    args = ap.parse_args()
+    self_test()
+    if args.self_test:
+        print("checker self-test: every violation found, none in the clean history")
+        return
+
+    mode = args.mode
+    if mode == "auto":
+        mode = "netns" if netns_available() else "loopback"
+    elif mode == "netns" and not netns_available():
+        sys.exit("--mode netns: cannot create network namespaces here (root and iproute2 needed)")
+    kinds = KINDS if args.kinds == "all" else args.kinds.split(",")
+    for k in kinds:
+        if k not in KINDS:
+            sys.exit(f"unknown fault kind {k!r}; kinds: {', '.join(KINDS)}")
+    skipped = []
+    if mode == "loopback":
+        skipped += [k for k in kinds if k in PARTITION_KINDS]
+    if args.nodes == 3:
+        skipped += [k for k in kinds if k == "kill-two"]
+    kinds = [k for k in kinds if k not in skipped]
+    binary = os.path.abspath(args.bin)
+    if not os.access(binary, os.X_OK):
+        sys.exit(f"no flockd binary at {binary} (build it, or give --bin)")
+    if mode == "netns" and shutil.which("nft") is None and any(k in PARTITION_KINDS for k in kinds):
+        sys.exit("the partition faults need nft (Debian's nftables)")
+
+    root = args.keep or tempfile.mkdtemp(prefix="flockd-faults-")
+    os.makedirs(root, exist_ok=True)
+    rng = random.Random(args.seed)
+    started = now()
+
+    def log(text):
+        print(f"[{now() - started:7.1f}s] {text}", flush=True)
+
+    log(f"{args.nodes} nodes, mode {mode}, seed {args.seed}, {args.clients} clients, "
+        f"{args.rounds} round(s) of: {', '.join(kinds)}"
+        + (f"; skipped here: {', '.join(skipped)}" if skipped else ""))
+    net = Network(args.nodes) if mode == "netns" else None
+    cluster = None
+    clients = None
+
+    def cleanup():
+        if clients is not None:
+            clients.stop.set()
+            clients.gate.set()
+        if cluster is not None:
+            cluster.stop_all()
+        if net is not None:
+            net.down()
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+    atexit.register(cleanup)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    violations = []
+    try:
+        if net is not None:
+            net.up()
+            net.enter_client_namespace()
+        cluster = Cluster(args.nodes, mode, root, binary, net)
+        cluster.start_all()
+        cluster.leader(timeout=30.0)
+        names = [f"fault:{i}" for i in range(args.names)]
+        clients = Clients(cluster, args.clients, names, args.seed)
+        clients.start()
+        time.sleep(1.0)
+        controller = Controller(cluster, clients, rng, log)
+        plan = [k for k in kinds for _ in range(args.rounds)]
+        if args.mix:
+            rng.shuffle(plan)
+        for number, kind in enumerate(plan, 1):
+            if now() - started > args.max_seconds:
+                log(f"stopping after {number - 1} rounds: --max-seconds {args.max_seconds:.0f}")
+                break
+            try:
+                controller.round(number, kind)
+            except Failure as e:
+                controller.convergence_failures.append((kind, f"round {number}: {e}", []))
+                log(f"round {number} {kind}: {e}")
+                break
+            time.sleep(0.5)
+        clients.finish()
+        time.sleep(0.2)
+        history = clients.history()
+        try:
+            cluster.converged(timeout=10.0)
+            final = final_state(cluster, names)
+        except Failure as e:
+            controller.convergence_failures.append(("final", str(e), []))
+            final = {}
+        violations = check(history, controller.windows, final,
+                           controller.convergence_failures)
+        rows = summarize(history, controller.windows, kinds)
+        if args.keep:
+            with open(os.path.join(root, "history.jsonl"), "w") as f:
+                for op in history:
+                    f.write(json.dumps(op) + "\n")
+        counts = {}
+        for op in history:
+            counts[op["res"]] = counts.get(op["res"], 0) + 1
+        print()
+        print(f"{args.nodes} nodes, {mode}, seed {args.seed}: {len(controller.windows)} rounds, "
+              f"{len(history)} operations ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}), "
+              f"{now() - started:.0f} s")
+        print(f"{'fault':18s} {'rounds':>6s} {'ops':>7s} {'unavail p50':>11s} {'max':>7s} "
+              f"{'lat p50':>8s} {'p99':>7s} {'heal max':>8s}")
+        for r in rows:
+            print(f"{r['kind']:18s} {r['rounds']:6d} {r['ops']:7d} {r['unavail_p50_ms']:9.0f}ms "
+                  f"{r['unavail_max_ms']:5.0f}ms {r['lat_p50_ms']:6.1f}ms {r['lat_p99_ms']:5.0f}ms "
+                  f"{r['heal_max_ms']:6.0f}ms")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"nodes": args.nodes, "mode": mode, "seed": args.seed,
+                           "operations": len(history), "rows": rows,
+                           "violations": len(violations)}, f, indent=1)
+    except Failure as e:
+        violations.append(("harness", str(e), []))
+    if violations:
+        print(f"\nFAILED: {len(violations)} violation(s); the first:")
+        for what, text, ops in violations[:10]:
+            print(f"  [{what}] {text}")
+            for op in ops:
+                print(f"      {json.dumps(op)}")
+        if cluster is not None:
+            for n in cluster.nodes:
+                print(f"--- slot {n.slot} (id {n.id}), last lines of its log\n{n.log_tail()}")
+        sys.exit(1)
+    print("\nno violations")
+
+
+if __name__ == "__main__":
+    main()
