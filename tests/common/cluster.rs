@@ -1,0 +1,209 @@
+//! A cluster of real `flockd` processes on loopback ports, for the tests that need one
+//! (tests/cluster.rs, tests/sentinel.rs): started, killed and restarted by index, asked by raw
+//! RESP, waited on for an agreed leader.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use super::load::Client;
+use super::{Server, TempDir};
+
+/// Ports for every node (client and cluster), bound once to be free, then released.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("addr").port())
+        .collect()
+}
+
+pub struct Cluster {
+    pub dirs: Vec<TempDir>,
+    pub nodes: Vec<Option<Server>>,
+    /// The members a new cluster forms with (the first `founders` nodes).
+    pub founders: usize,
+    pub ports: Vec<u16>,
+    /// More arguments for node `i`'s start, if any.
+    pub extra_args: Vec<Vec<String>>,
+}
+
+impl Cluster {
+    pub fn start(n: usize) -> Cluster {
+        Self::start_of(n, n)
+    }
+
+    /// Ports and dirs for `capacity` nodes; the first `founders` are started and form the
+    /// cluster, the others can be started later to join it.
+    pub fn start_of(founders: usize, capacity: usize) -> Cluster {
+        Self::start_with(founders, capacity, Vec::new())
+    }
+
+    /// [`Cluster::start_of`], node `i` started with `extra_args[i]` too.
+    pub fn start_with(founders: usize, capacity: usize, extra_args: Vec<Vec<String>>) -> Cluster {
+        let ports = free_ports(2 * capacity);
+        let dirs: Vec<TempDir> = (0..capacity)
+            .map(|i| TempDir::new(&format!("cluster{i}")))
+            .collect();
+        let mut cluster = Cluster {
+            dirs,
+            nodes: (0..capacity).map(|_| None).collect(),
+            founders,
+            ports,
+            extra_args,
+        };
+        for i in 0..founders {
+            cluster.start_node(i);
+        }
+        cluster
+    }
+
+    /// `id=host:port@cport` of node `i`.
+    pub fn peer(&self, i: usize) -> String {
+        let capacity = self.nodes.len();
+        format!(
+            "{}=127.0.0.1:{}@{}",
+            i + 1,
+            self.ports[i],
+            self.ports[capacity + i]
+        )
+    }
+
+    /// `host:port@cport` of node `i`, as FLOCK.CLUSTER ADD takes it.
+    pub fn address(&self, i: usize) -> String {
+        self.peer(i).split_once('=').expect("id=").1.to_string()
+    }
+
+    /// The founders, plus node `i` itself when it joins later.
+    pub fn peers_for(&self, i: usize) -> String {
+        let mut peers: Vec<String> = (0..self.founders).map(|j| self.peer(j)).collect();
+        if i >= self.founders {
+            peers.push(self.peer(i));
+        }
+        peers.join(",")
+    }
+
+    pub fn start_node(&mut self, i: usize) {
+        let peers = self.peers_for(i);
+        self.start_node_with(i, &peers);
+    }
+
+    pub fn start_node_with(&mut self, i: usize, peers: &str) {
+        let mut args = vec![
+            "--bind".to_string(),
+            "127.0.0.1".to_string(),
+            "--port".to_string(),
+            self.ports[i].to_string(),
+            "--dir".to_string(),
+            self.dirs[i].path().display().to_string(),
+            "--node-id".to_string(),
+            (i + 1).to_string(),
+            "--cluster-peers".to_string(),
+            peers.to_string(),
+        ];
+        if let Some(extra) = self.extra_args.get(i) {
+            args.extend(extra.iter().cloned());
+        }
+        let server = Server::try_spawn(
+            self.dirs[i].path(),
+            args,
+            &[("FLOCKD_LOG_LEVEL", "info,openraft=warn")],
+        )
+        .unwrap_or_else(|log| panic!("node {} did not start:\n{log}", i + 1));
+        self.nodes[i] = Some(server);
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut node) = self.nodes[i].take() {
+            node.kill9();
+        }
+    }
+
+    pub fn call(&self, i: usize, args: &[&str]) -> String {
+        let mut c = Client::connect(self.addr(i)).expect("connect");
+        c.call(args)
+            .unwrap_or_else(|e| panic!("node {}: {args:?}: {e}\n{}", i + 1, self.logs()))
+    }
+
+    pub fn addr(&self, i: usize) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.ports[i]))
+    }
+
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        (0..self.nodes.len()).map(|i| self.addr(i)).collect()
+    }
+
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let Some(node) = node {
+                let log = node.log();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                out.push_str(&format!("--- node {} (last lines)\n", i + 1));
+                for line in tail.into_iter().rev() {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    /// INFO replication of node `i`, as key -> value (empty if it does not answer).
+    pub fn replication(&self, i: usize) -> HashMap<String, String> {
+        let Ok(mut c) = Client::connect(self.addr(i)) else {
+            return HashMap::new();
+        };
+        let Ok(reply) = c.call(&["INFO", "replication"]) else {
+            return HashMap::new();
+        };
+        reply
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+            .collect()
+    }
+
+    /// Waits until the running nodes agree on one leader; returns its index.
+    pub fn wait_for_leader(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let running: Vec<usize> = (0..self.nodes.len())
+                .filter(|i| self.nodes[*i].is_some())
+                .collect();
+            let leaders: Vec<String> = running
+                .iter()
+                .map(|i| {
+                    self.replication(*i)
+                        .get("raft_leader_id")
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .collect();
+            if let Some(first) = leaders.first()
+                && first != "0"
+                && !first.is_empty()
+                && leaders.iter().all(|l| l == first)
+            {
+                let id: usize = first.parse().expect("leader id");
+                if self.nodes[id - 1].is_some()
+                    && self
+                        .replication(id - 1)
+                        .get("raft_state")
+                        .map(String::as_str)
+                        == Some("leader")
+                {
+                    return id - 1;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no agreed leader within {timeout:?}: {leaders:?}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
