@@ -55,6 +55,7 @@ mod quit;
 pub mod reset;
 mod role;
 mod select;
+mod sentinel;
 mod shutdown;
 mod slowlog;
 mod subscribe;
@@ -252,6 +253,7 @@ command_table! {
     local Unsubscribe => unsubscribe::Unsubscribe,
     local PUnsubscribe => unsubscribe::PUnsubscribe,
     local Pubsub => pubsub::PubsubCmd,
+    local Sentinel => sentinel::Sentinel,
     state FlockAcquire => flock_acquire::FlockAcquire,
     state FlockAcquireAll => flock_acquireall::FlockAcquireAll,
     state FlockRenew => flock_renew::FlockRenew,

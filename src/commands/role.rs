@@ -1,6 +1,7 @@
 //! ROLE: Redis's replication role, in its shape and types. A single node is a master without
 //! replicas; a cluster's leader is the master and its followers the replicas, each with the
-//! log index it is known to have; a follower names the leader it follows.
+//! log index it is known to have; a follower names the leader it follows. On the sentinel port
+//! the node is a Sentinel, and says so with the master name it watches.
 
 use flockd_proto::Reply;
 
@@ -32,6 +33,13 @@ impl CommandDef for Role {
 
 impl LocalCommand for Role {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        if ctx.conn.on_sentinel_port(ctx.shared) {
+            let name = ctx.shared.config.load().sentinel_master_name.clone();
+            return reply(Reply::Array(vec![
+                Reply::bulk("sentinel"),
+                Reply::Array(vec![Reply::bulk(name)]),
+            ]));
+        }
         let Some(cluster) = &ctx.shared.cluster else {
             let offset = ctx.machine().position() as i64;
             return reply(Reply::Array(vec![

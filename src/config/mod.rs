@@ -71,6 +71,10 @@ pub struct Config {
     pub aclfile: Option<PathBuf>,
     /// Cluster mode (`node-id` and `cluster-peers` given); `None`: the single node.
     pub cluster: Option<ClusterConfig>,
+    /// The master name SENTINEL commands answer for (Sentinel-aware clients ask by it).
+    pub sentinel_master_name: String,
+    /// A port where this node is a Sentinel (ROLE says `sentinel`); `None`: none, 0: a free one.
+    pub sentinel_port: Option<u16>,
 }
 
 /// The cluster keys of `cluster.md`.
@@ -132,6 +136,8 @@ impl Default for Config {
             tls_cert_file: None,
             tls_key_file: None,
             tls_ca_cert_file: None,
+            sentinel_master_name: "flockd".to_string(),
+            sentinel_port: None,
             tls_auth_clients: AuthClients::No,
             tls_protocols: vec![Protocol::Tls12, Protocol::Tls13],
             aclfile: None,
@@ -244,6 +250,13 @@ impl Config {
                     .as_ref()
                     .map_or(3000, |c| c.wait_leader_ms)
                     .to_string(),
+            ),
+            ("sentinel-master-name", self.sentinel_master_name.clone()),
+            (
+                "sentinel-port",
+                self.sentinel_port
+                    .map(|p| p.to_string())
+                    .unwrap_or_default(),
             ),
             (
                 "tls-port",
@@ -513,6 +526,13 @@ pub struct Settings {
     /// How long a command waits for a leader to commit it before -CLUSTERDOWN.
     #[arg(long, env = "FLOCKD_CLUSTER_WAIT_LEADER_MS", value_name = "MS")]
     pub cluster_wait_leader_ms: Option<u64>,
+    /// The master name SENTINEL get-master-addr-by-name and the others answer for.
+    #[arg(long, env = "FLOCKD_SENTINEL_MASTER_NAME", value_name = "NAME")]
+    pub sentinel_master_name: Option<String>,
+    /// A port where this node answers as a Sentinel, for clients that check ROLE on their
+    /// sentinels (redis-rs); unset: none; 0 picks a free one (the "sentinel port" line names it).
+    #[arg(long, env = "FLOCKD_SENTINEL_PORT", value_name = "N")]
+    pub sentinel_port: Option<u32>,
 }
 
 impl Settings {
@@ -576,6 +596,8 @@ impl Settings {
                 .cluster_election_timeout_ms
                 .or(lower.cluster_election_timeout_ms),
             cluster_wait_leader_ms: self.cluster_wait_leader_ms.or(lower.cluster_wait_leader_ms),
+            sentinel_master_name: self.sentinel_master_name.or(lower.sentinel_master_name),
+            sentinel_port: self.sentinel_port.or(lower.sentinel_port),
         }
     }
 
@@ -719,8 +741,38 @@ impl Settings {
                 ));
             }
         };
+        let sentinel_master_name = match self.sentinel_master_name {
+            None => defaults.sentinel_master_name.clone(),
+            Some(name)
+                if !name.is_empty()
+                    && name.len() <= 256
+                    && name.bytes().all(|b| b.is_ascii_graphic()) =>
+            {
+                name
+            }
+            Some(name) => {
+                return Err(ConfigError::Invalid {
+                    key: "sentinel-master-name",
+                    value: name,
+                    allowed: "1 to 256 printable characters without spaces",
+                });
+            }
+        };
+        let sentinel_port = match self.sentinel_port {
+            None => None,
+            Some(p) => Some(ranged(
+                "sentinel-port",
+                Some(u64::from(p)),
+                0,
+                0,
+                65_535,
+                "0..=65535 (0: a free port; leave it out for no sentinel port)",
+            )? as u16),
+        };
         Ok(Config {
             cluster,
+            sentinel_master_name,
+            sentinel_port,
             aclfile: some_path(self.aclfile),
             tls_port: tls.port,
             tls_only: tls.only,

@@ -18,6 +18,25 @@ pub enum Admitted {
     Close(Reply),
 }
 
+/// What a Sentinel answers (the sentinel port): discovery, pub/sub, and the connection's own.
+const SENTINEL_PORT_COMMANDS: &[&str] = &[
+    "sentinel",
+    "role",
+    "info",
+    "ping",
+    "echo",
+    "hello",
+    "auth",
+    "client",
+    "command",
+    "subscribe",
+    "psubscribe",
+    "unsubscribe",
+    "punsubscribe",
+    "quit",
+    "reset",
+];
+
 pub fn admit(shared: &Shared, conn: &mut ConnState, request: Request) -> Admitted {
     stats::bump(&shared.stats.commands_processed, 1);
     let Some(index) = commands::lookup(&request.args[0]) else {
@@ -32,6 +51,12 @@ pub fn admit(shared: &Shared, conn: &mut ConnState, request: Request) -> Admitte
         shared.monitors.feed(conn.handle.addr, &request.args);
     }
     let stat = &shared.stats.commands[index];
+    if conn.on_sentinel_port(shared) && !SENTINEL_PORT_COMMANDS.contains(&meta.name) {
+        return Admitted::Refused(Reply::error(format!(
+            "ERR unknown command '{}' on a sentinel port: ask SENTINEL get-master-addr-by-name for the master",
+            meta.name
+        )));
+    }
     // RESP2's subscribed mode: the connection carries messages, and only these commands.
     if conn.subscriptions.active()
         && conn.protocol == flockd_proto::ProtocolVersion::Resp2

@@ -32,6 +32,13 @@ pub struct ConnState {
 }
 
 impl ConnState {
+    /// Whether this connection came in on the sentinel port, where the node is a Sentinel.
+    pub fn on_sentinel_port(&self, shared: &Shared) -> bool {
+        shared
+            .sentinel_addr
+            .is_some_and(|a| a.port() == self.handle.laddr.port())
+    }
+
     /// Binds a SESSION acquire to this connection: the command cannot know its connection, so
     /// it asks for [`flockd_core::THIS_SESSION`] and the connection puts its id in before the op
     /// is proposed.

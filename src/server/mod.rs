@@ -21,6 +21,7 @@ pub mod monitor;
 pub mod propose;
 pub mod pubsub;
 pub mod reconfigure;
+mod sentinel;
 pub mod stats;
 mod waiters;
 
@@ -74,6 +75,8 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     pub started: Instant,
     pub local_addr: SocketAddr,
+    /// Where this node answers as a Sentinel (`sentinel-port`).
+    pub sentinel_addr: Option<SocketAddr>,
     /// The TLS port's acceptor (reloaded by SIGHUP and CONFIG SET tls-*) and address.
     pub tls: Option<Arc<flockd_tls::Acceptor>>,
     pub tls_addr: Option<SocketAddr>,
@@ -164,6 +167,11 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         None => None,
     };
     let tls_addr = tls_listener.as_ref().map(|(_, addr)| *addr);
+    let sentinel_listener = match config.sentinel_port {
+        Some(port) => Some(listen(port).await?),
+        None => None,
+    };
+    let sentinel_addr = sentinel_listener.as_ref().map(|(_, addr)| *addr);
     let local_addr = match (&plain, tls_addr) {
         (Some((_, addr)), _) => *addr,
         (None, Some(addr)) => addr,
@@ -186,6 +194,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         local_addr,
         tls,
         tls_addr,
+        sentinel_addr,
         replayed,
     });
 
@@ -198,6 +207,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
             refused.clone(),
         ));
     }
+    tokio::spawn(sentinel::announce_leader_changes(shared.clone()));
     let expiry = tokio::spawn(expiry::run(shared.clone()));
     tokio::spawn(reclaim_idle_names(shared.clone()));
     tokio::spawn(stats::sample_memory(shared.clone()));
@@ -206,7 +216,10 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         tokio::spawn(reload_tls_on_sighup(shared.clone()));
     }
 
-    // The TLS line first: whoever waits for the plain one then has both.
+    // The TLS and sentinel lines first: whoever waits for the plain one then has them all.
+    if let Some(addr) = sentinel_addr {
+        info!("sentinel port on {addr}");
+    }
     if let Some(addr) = tls_addr {
         info!("ready to accept TLS connections on {addr}");
     }
@@ -215,11 +228,13 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     }
     let plain = plain.map(|(listener, _)| listener);
     let tls_listener = tls_listener.map(|(listener, _)| listener);
+    let sentinel_listener = sentinel_listener.map(|(listener, _)| listener);
     let connections = TaskTracker::new();
     loop {
         let (accepted, over_tls) = tokio::select! {
             accepted = accept_on(plain.as_ref()) => (accepted, false),
             accepted = accept_on(tls_listener.as_ref()) => (accepted, true),
+            accepted = accept_on(sentinel_listener.as_ref()) => (accepted, false),
             _ = shared.shutdown.cancelled() => break,
         };
         match accepted {
@@ -233,6 +248,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     }
     drop(plain);
     drop(tls_listener);
+    drop(sentinel_listener);
     info!(
         "shutting down: waiting for {} connection(s) to finish",
         shared.clients.connected()

@@ -361,6 +361,17 @@ impl Registry {
         }
     }
 
+    /// Publishes one message that is not a lock event (Sentinel's `+switch-master`).
+    pub fn publish_message(&self, channel: &[u8], payload: &[u8]) {
+        let mut outbox = Outbox::default();
+        self.collect(
+            &Bytes::copy_from_slice(channel),
+            &Bytes::copy_from_slice(payload),
+            &mut outbox,
+        );
+        outbox.send(self.limit.load(Ordering::Relaxed));
+    }
+
     /// Publishes `events` now, in order: one delivery per subscriber.
     pub fn publish_now(&self, events: &[Event]) {
         let mut outbox = Outbox::default();

@@ -405,6 +405,27 @@ impl Cluster {
         self.node.leading.subscribe()
     }
 
+    /// Waits until the leader this node knows is no longer `known`, and returns the new one
+    /// (`None`: no leader known). Returns `known` when the node shuts down.
+    pub async fn leader_changed(&self, known: Option<NodeId>) -> Option<NodeId> {
+        let mut metrics = self.node.raft.metrics();
+        loop {
+            let current = metrics.borrow_watched().current_leader;
+            if current != known {
+                return current;
+            }
+            if metrics.changed().await.is_err() {
+                return known;
+            }
+        }
+    }
+
+    /// Set once a peer refused this node (it came back with a wiped dir under its old id): the
+    /// reason, with the procedure. The process should stop.
+    pub fn refusals(&self) -> watch::Receiver<Option<String>> {
+        self.node.identities.refusals()
+    }
+
     pub fn view(&self) -> ClusterView {
         self.node.view()
     }

@@ -1,0 +1,171 @@
+"""Sentinel-aware clients against a 3-node flockd cluster: redis-py's `Sentinel` and ioredis's
+`sentinels` find the leader through the nodes (listed as their sentinels), and go on through a
+SIGKILL of the leader with no error reaching the application beyond their documented retry.
+
+    FLOCKD_BIN=target/debug/flockd python3 -m pytest -q tests/sentinel
+
+ioredis comes from tests/examples/node_modules (`npm ci --prefix tests/examples`); without it
+(or without node) that test is skipped, and with CI=true a skip is a failure.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ClusterDownError, ConnectionError, TimeoutError
+from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BIN = os.path.abspath(os.environ.get("FLOCKD_BIN", os.path.join(ROOT, "target/debug/flockd")))
+CYCLES = 300
+KILL_AFTER = 50
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Cluster:
+    def __init__(self, size=3):
+        self.root = tempfile.mkdtemp(prefix="flockd-sentinel-")
+        ports = free_ports(2 * size)
+        self.ports, self.cports = ports[:size], ports[size:]
+        peers = ",".join(f"{i + 1}=127.0.0.1:{self.ports[i]}@{self.cports[i]}" for i in range(size))
+        self.procs = []
+        for i in range(size):
+            log = open(os.path.join(self.root, f"node{i}.log"), "w")
+            self.procs.append(subprocess.Popen(
+                [BIN, "--bind", "127.0.0.1", "--port", str(self.ports[i]), "--dir",
+                 os.path.join(self.root, f"node{i}"), "--node-id", str(i + 1),
+                 "--cluster-peers", peers],
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                env=dict(os.environ, FLOCKD_LOG_LEVEL="info,openraft=error")))
+
+    def leader(self, timeout=20.0):
+        """The index of the node every running node names as the leader."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            seen = set()
+            for i, p in enumerate(self.procs):
+                if p.poll() is not None:
+                    continue
+                try:
+                    info = redis.Redis(port=self.ports[i], socket_timeout=1).info("replication")
+                    seen.add(info.get("raft_leader_id"))
+                except redis.RedisError:
+                    seen.add(None)
+            if len(seen) == 1 and None not in seen and 0 not in seen:
+                return seen.pop() - 1
+            time.sleep(0.05)
+        raise AssertionError("no leader agreed on")
+
+    def kill(self, i):
+        self.procs[i].send_signal(signal.SIGKILL)
+        self.procs[i].wait(timeout=10)
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster():
+    if not os.access(BIN, os.X_OK):
+        pytest.fail(f"no flockd at {BIN}: cargo build first, or set FLOCKD_BIN")
+    c = Cluster()
+    try:
+        c.leader()
+        yield c
+    finally:
+        c.stop()
+
+
+def test_redis_py_sentinel_follows_a_killed_leader(cluster):
+    old = cluster.leader()
+    sentinel = Sentinel([("127.0.0.1", p) for p in cluster.ports], socket_timeout=2)
+    assert sentinel.discover_master("flockd") == ("127.0.0.1", cluster.ports[old])
+    assert sorted(sentinel.discover_slaves("flockd")) == sorted(
+        ("127.0.0.1", p) for i, p in enumerate(cluster.ports) if i != old)
+    watcher = (old + 1) % 3
+    switch = redis.Redis(port=cluster.ports[watcher]).pubsub()
+    switch.subscribe("+switch-master")
+    assert switch.get_message(timeout=5)["type"] == "subscribe"
+    # The documented retry: redis-py's Retry on connection errors (a dropped connection, or
+    # no master known during the election) and on -CLUSTERDOWN; each retry asks the
+    # sentinels for the master again.
+    master = sentinel.master_for(
+        "flockd", socket_timeout=5,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 30),
+        retry_on_error=[ConnectionError, TimeoutError, ClusterDownError])
+    tokens = []
+    started = time.monotonic()
+    for n in range(CYCLES):
+        assert time.monotonic() - started < 60
+        if n == KILL_AFTER:
+            cluster.kill(old)
+        token = master.execute_command("FLOCK.ACQUIRE", "py:sentinel", 10000)
+        assert isinstance(token, int), token
+        assert master.execute_command("FLOCK.RELEASE", "py:sentinel", token) == 1
+        tokens.append(token)
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+    new = cluster.leader()
+    assert new != old
+    assert sentinel.discover_master("flockd") == ("127.0.0.1", cluster.ports[new])
+    deadline = time.monotonic() + 10
+    message = None
+    while message is None and time.monotonic() < deadline:
+        message = switch.get_message(timeout=1)
+    assert message is not None, "no +switch-master"
+    assert message["data"].decode() == (
+        f"flockd 127.0.0.1 {cluster.ports[old]} 127.0.0.1 {cluster.ports[new]}")
+
+
+def test_ioredis_sentinels_follow_a_killed_leader(cluster):
+    script = os.path.join(HERE, "ioredis_failover.js")
+    modules = os.path.join(ROOT, "tests", "examples", "node_modules", "ioredis")
+    if shutil.which("node") is None or not os.path.isdir(modules):
+        if os.environ.get("CI") == "true":
+            pytest.fail("node or ioredis missing (npm ci --prefix tests/examples)")
+        pytest.skip("node or ioredis missing (npm ci --prefix tests/examples)")
+    old = cluster.leader()
+    proc = subprocess.Popen(
+        ["node", script, json.dumps(cluster.ports), str(CYCLES), str(KILL_AFTER),
+         str(cluster.ports[(old + 1) % 3])],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == f"done {KILL_AFTER}", (line, proc.stderr.read())
+        cluster.kill(old)
+        out, err = proc.communicate(input="go\n", timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, (out, err)
+    result = json.loads(out.strip().splitlines()[-1])
+    new = cluster.leader()
+    assert result["errors"] == [], result
+    assert result["cycles"] == CYCLES
+    assert result["increasing"]
+    assert result["master"] == ["127.0.0.1", cluster.ports[new]]
+    assert result["switches"] == [
+        f"flockd 127.0.0.1 {cluster.ports[old]} 127.0.0.1 {cluster.ports[new]}"], result
