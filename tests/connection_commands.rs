@@ -396,6 +396,7 @@ fn command_introspection() {
         "punsubscribe",
         "pubsub",
         "role",
+        "sentinel",
         "flock.cluster",
     ];
     for name in expected_names {

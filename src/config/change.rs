@@ -27,6 +27,8 @@ const IMMUTABLE: &[&str] = &[
     "cluster-heartbeat-ms",
     "cluster-election-timeout-ms",
     "cluster-wait-leader-ms",
+    "sentinel-master-name",
+    "sentinel-port",
     "appendonly",
     "save",
     "databases",
