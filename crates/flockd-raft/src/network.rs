@@ -33,6 +33,8 @@ use crate::types::{FlockRaft, NodeId, Proposal, SnapshotMeta, Vote};
 
 /// The largest frame either side reads (a snapshot chunk or an append batch is far below).
 pub const MAX_FRAME: usize = 64 << 20;
+/// The least time a refused connect takes to be reported: it paces the retries to a dead peer.
+const FAILED_CONNECT_PACE: Duration = Duration::from_millis(100);
 /// Bytes of a snapshot sent per chunk.
 pub const SNAPSHOT_CHUNK: usize = 1 << 20;
 
@@ -222,10 +224,16 @@ impl PeerClient {
             return Ok(connection.clone());
         }
         let connect = self.transport.connect(&self.addr);
+        let started = tokio::time::Instant::now();
         let stream = match tokio::time::timeout(timeout.min(Duration::from_secs(1)), connect).await
         {
             Ok(Ok(stream)) => stream,
             Ok(Err(source)) => {
+                // A refused connect fails at once, and openraft sends a heartbeat (and logs its
+                // failure) on every commit: to a dead peer, hundreds a second. The failure is
+                // told no sooner than a heartbeat interval after the try, which paces them; a
+                // dead peer's answer is no answer either way.
+                tokio::time::sleep_until(started + timeout.min(FAILED_CONNECT_PACE)).await;
                 return Err(NetError::Connect {
                     addr: self.addr.clone(),
                     source,
