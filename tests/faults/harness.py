@@ -8,7 +8,8 @@ mix: kill -9 of the leader, of a follower, of two nodes of five; SIGSTOP of the 
 three election timeouts; the leader or a follower cut off from the other nodes, or a clean
 majority/minority split (nftables drop rules in the nodes' namespaces); a follower's `dir`
 wiped, the node replaced under a new id with FLOCK.CLUSTER REMOVE / ADD; a slow disk on one
-node (a delay before every Raft log sync, behind the test-only FLOCKD_TEST_SYNC_DELAY_FILE).
+node (a delay before every Raft log sync, behind the test-only FLOCKD_TEST_SYNC_DELAY_FILE);
+two of those at once on two nodes (`combined`: on 3 nodes no majority is left).
 `--mode loopback` runs the faults that need no namespaces (kills, pauses, wipes, slow disks)
 with every node on 127.0.0.1.
 
@@ -65,6 +66,7 @@ KINDS = [
     "split",
     "wipe-follower",
     "slow-disk",
+    "combined",
 ]
 
 
@@ -677,6 +679,8 @@ class Controller:
             time.sleep(2.5)
             w["iso1"] = now()
             c.net.heal(minority)
+        elif kind == "combined":
+            self.combined(w, leader, followers)
         elif kind == "wipe-follower":
             self.wipe_and_replace(self.rng.choice(followers))
         elif kind == "slow-disk":
@@ -706,6 +710,42 @@ class Controller:
             self.clients.resume()
         self.log(f"round {number:3d} {kind:18s} fault {w['t1'] - w['t0']:5.2f} s, "
                  f"healed in {(w['converged'] or float('nan')) * 1000:5.0f} ms")
+
+    def combined(self, w, leader, followers):
+        """Two faults at once on two nodes (the leader one time in two): each killed, paused
+        or cut off (cut only with namespaces). On 3 nodes that leaves no majority: no node may
+        answer anything but an error until it heals."""
+        c = self.cluster
+        first = leader if self.rng.random() < 0.5 else self.rng.choice(followers)
+        second = self.rng.choice([s for s in range(len(c.nodes)) if s != first])
+        actions = ["kill", "pause"] + (["cut"] if c.net is not None else [])
+        plan = [(first, self.rng.choice(actions)), (second, self.rng.choice(actions))]
+        w["plan"] = plan
+        for slot, action in plan:
+            if action == "kill":
+                c.nodes[slot].kill9()
+            elif action == "pause":
+                c.nodes[slot].signal(signal.SIGSTOP)
+            else:
+                c.net.cut([slot], [s for s in range(len(c.nodes)) if s != slot])
+        w["iso0"] = now()
+        left = len(c.nodes) - len(plan)
+        if left < len(c.nodes) // 2 + 1:
+            w["isolated"] = list(range(len(c.nodes)))
+        else:
+            w["isolated"] = [slot for slot, action in plan if action != "kill"]
+        time.sleep(2.5)
+        w["iso1"] = now()
+        for slot, action in plan:
+            if action == "kill":
+                c.nodes[slot].start(c.peers())
+            elif action == "pause":
+                c.nodes[slot].signal(signal.SIGCONT)
+            else:
+                c.net.heal([slot])
+        for slot, action in plan:
+            if action == "kill":
+                c.wait_answers(c.nodes[slot])
 
     def kill_and_restart(self, slots, hold):
         c = self.cluster
