@@ -31,6 +31,23 @@ fn state(entry: &redis::Value) -> std::collections::HashMap<String, String> {
         .collect()
 }
 
+/// The `port` fields of some Sentinel states, sorted.
+fn ports_of(entries: &[redis::Value]) -> Vec<String> {
+    let mut ports: Vec<String> = entries.iter().map(|e| state(e)["port"].clone()).collect();
+    ports.sort();
+    ports
+}
+
+/// The client ports of every node but `skip`, sorted.
+fn ports_except(cluster: &Cluster, skip: usize) -> Vec<String> {
+    let mut ports: Vec<String> = (0..3)
+        .filter(|j| *j != skip)
+        .map(|j| cluster.addr(j).port().to_string())
+        .collect();
+    ports.sort();
+    ports
+}
+
 fn connect(cluster: &Cluster, i: usize) -> redis::Connection {
     redis::Client::open(format!("redis://{}/", cluster.addr(i)))
         .expect("client")
@@ -84,15 +101,12 @@ fn every_node_describes_the_leader_and_the_members_as_sentinel_does() {
                 .arg("flockd")
                 .query(&mut c)
                 .expect(sub);
-            let mut ports: Vec<String> =
-                replicas.iter().map(|r| state(r)["port"].clone()).collect();
-            ports.sort();
-            let mut followers: Vec<String> = (0..3)
-                .filter(|j| *j != leader)
-                .map(|j| cluster.addr(j).port().to_string())
-                .collect();
-            followers.sort();
-            assert_eq!(ports, followers, "{sub} on node {}", i + 1);
+            assert_eq!(
+                ports_of(&replicas),
+                ports_except(&cluster, leader),
+                "{sub} on node {}",
+                i + 1
+            );
             for r in &replicas {
                 let r = state(r);
                 assert_eq!(r["flags"], "slave");
@@ -105,14 +119,12 @@ fn every_node_describes_the_leader_and_the_members_as_sentinel_does() {
             .arg("flockd")
             .query(&mut c)
             .expect("sentinels");
-        let mut ports: Vec<String> = sentinels.iter().map(|s| state(s)["port"].clone()).collect();
-        ports.sort();
-        let mut others: Vec<String> = (0..3)
-            .filter(|j| *j != i)
-            .map(|j| cluster.addr(j).port().to_string())
-            .collect();
-        others.sort();
-        assert_eq!(ports, others, "the other sentinels of node {}", i + 1);
+        assert_eq!(
+            ports_of(&sentinels),
+            ports_except(&cluster, i),
+            "the other sentinels of node {}",
+            i + 1
+        );
         let id: String = redis::cmd("SENTINEL")
             .arg("myid")
             .query(&mut c)
@@ -204,13 +216,8 @@ fn redis_rs_sentinel_follows_a_killed_leader_and_switch_master_is_published() {
         .expect_err("no locks on the sentinel port");
     assert!(refused.to_string().contains("sentinel port"), "{refused}");
     drop(s);
-    let mut client = SentinelClient::build(
-        sentinels,
-        "flockd",
-        None,
-        SentinelServerType::Master,
-    )
-    .expect("sentinel client");
+    let mut client = SentinelClient::build(sentinels, "flockd", None, SentinelServerType::Master)
+        .expect("sentinel client");
     let mut conn = client.get_connection().expect("the master");
     let mut tokens = Vec::new();
     let mut retries = 0u32;

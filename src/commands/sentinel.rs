@@ -217,6 +217,28 @@ fn picture(ctx: &Ctx<'_>) -> Picture {
     }
 }
 
+/// The fields every kind of Sentinel state has after its address and flags: the link to it
+/// (always up: a member answers through Raft, not through pings), and the down-after time.
+fn link_fields(p: &Picture) -> Vec<(&'static str, String)> {
+    vec![
+        ("link-pending-commands", "0".into()),
+        ("link-refcount", "1".into()),
+        ("last-ping-sent", "0".into()),
+        ("last-ok-ping-reply", "0".into()),
+        ("last-ping-reply", "0".into()),
+        ("down-after-milliseconds", p.election_timeout_ms.to_string()),
+    ]
+}
+
+/// `head`, the link fields, then `tail`, as one Sentinel state.
+fn state(
+    head: Vec<(&'static str, String)>,
+    p: &Picture,
+    tail: Vec<(&'static str, String)>,
+) -> Reply {
+    fields(head.into_iter().chain(link_fields(p)).chain(tail).collect())
+}
+
 fn fields(pairs: Vec<(&'static str, String)>) -> Reply {
     Reply::Map(
         pairs
@@ -233,31 +255,30 @@ fn master_state(name: &str, p: &Picture) -> Reply {
         Some(l) => (l.host.clone(), l.port, l.run_id(), "master"),
         None => (String::new(), 0, String::new(), "master,s_down,o_down"),
     };
-    fields(vec![
-        ("name", name.to_owned()),
-        ("ip", host),
-        ("port", port.to_string()),
-        ("runid", id),
-        ("flags", flags.to_owned()),
-        ("link-pending-commands", "0".into()),
-        ("link-refcount", "1".into()),
-        ("last-ping-sent", "0".into()),
-        ("last-ok-ping-reply", "0".into()),
-        ("last-ping-reply", "0".into()),
-        ("down-after-milliseconds", p.election_timeout_ms.to_string()),
-        ("info-refresh", "0".into()),
-        ("role-reported", "master".into()),
-        ("role-reported-time", "0".into()),
-        ("config-epoch", p.term.to_string()),
-        ("num-slaves", p.others.len().to_string()),
-        (
-            "num-other-sentinels",
-            p.members.saturating_sub(1).to_string(),
-        ),
-        ("quorum", (p.members / 2 + 1).to_string()),
-        ("failover-timeout", p.wait_leader_ms.to_string()),
-        ("parallel-syncs", "1".into()),
-    ])
+    state(
+        vec![
+            ("name", name.to_owned()),
+            ("ip", host),
+            ("port", port.to_string()),
+            ("runid", id),
+            ("flags", flags.to_owned()),
+        ],
+        p,
+        vec![
+            ("info-refresh", "0".into()),
+            ("role-reported", "master".into()),
+            ("role-reported-time", "0".into()),
+            ("config-epoch", p.term.to_string()),
+            ("num-slaves", p.others.len().to_string()),
+            (
+                "num-other-sentinels",
+                p.members.saturating_sub(1).to_string(),
+            ),
+            ("quorum", (p.members / 2 + 1).to_string()),
+            ("failover-timeout", p.wait_leader_ms.to_string()),
+            ("parallel-syncs", "1".into()),
+        ],
+    )
 }
 
 fn replica_state(n: &Node, p: &Picture) -> Reply {
@@ -265,54 +286,52 @@ fn replica_state(n: &Node, p: &Picture) -> Reply {
         Some(l) => (l.host.clone(), l.port.to_string(), "ok"),
         None => (String::new(), "0".to_owned(), "err"),
     };
-    fields(vec![
-        ("name", format!("{}:{}", n.host, n.port)),
-        ("ip", n.host.clone()),
-        ("port", n.port.to_string()),
-        ("runid", n.run_id()),
-        ("flags", "slave".into()),
-        ("link-pending-commands", "0".into()),
-        ("link-refcount", "1".into()),
-        ("last-ping-sent", "0".into()),
-        ("last-ok-ping-reply", "0".into()),
-        ("last-ping-reply", "0".into()),
-        ("down-after-milliseconds", p.election_timeout_ms.to_string()),
-        ("info-refresh", "0".into()),
-        ("role-reported", "slave".into()),
-        ("role-reported-time", "0".into()),
-        ("master-link-down-time", "0".into()),
-        ("master-link-status", link.into()),
-        ("master-host", master_host),
-        ("master-port", master_port),
-        ("slave-priority", "100".into()),
-        (
-            "slave-repl-offset",
-            if n.id == p.me.id {
-                p.applied_index.to_string()
-            } else {
-                "0".into()
-            },
-        ),
-    ])
+    state(
+        vec![
+            ("name", format!("{}:{}", n.host, n.port)),
+            ("ip", n.host.clone()),
+            ("port", n.port.to_string()),
+            ("runid", n.run_id()),
+            ("flags", "slave".into()),
+        ],
+        p,
+        vec![
+            ("info-refresh", "0".into()),
+            ("role-reported", "slave".into()),
+            ("role-reported-time", "0".into()),
+            ("master-link-down-time", "0".into()),
+            ("master-link-status", link.into()),
+            ("master-host", master_host),
+            ("master-port", master_port),
+            ("slave-priority", "100".into()),
+            (
+                "slave-repl-offset",
+                if n.id == p.me.id {
+                    p.applied_index.to_string()
+                } else {
+                    "0".into()
+                },
+            ),
+        ],
+    )
 }
 
 fn sentinel_state(n: &Node, p: &Picture) -> Reply {
-    fields(vec![
-        ("name", n.run_id()),
-        ("ip", n.host.clone()),
-        ("port", n.port.to_string()),
-        ("runid", n.run_id()),
-        ("flags", "sentinel".into()),
-        ("link-pending-commands", "0".into()),
-        ("link-refcount", "1".into()),
-        ("last-ping-sent", "0".into()),
-        ("last-ok-ping-reply", "0".into()),
-        ("last-ping-reply", "0".into()),
-        ("down-after-milliseconds", p.election_timeout_ms.to_string()),
-        ("last-hello-message", "0".into()),
-        ("voted-leader", "?".into()),
-        ("voted-leader-epoch", "0".into()),
-    ])
+    state(
+        vec![
+            ("name", n.run_id()),
+            ("ip", n.host.clone()),
+            ("port", n.port.to_string()),
+            ("runid", n.run_id()),
+            ("flags", "sentinel".into()),
+        ],
+        p,
+        vec![
+            ("last-hello-message", "0".into()),
+            ("voted-leader", "?".into()),
+            ("voted-leader-epoch", "0".into()),
+        ],
+    )
 }
 
 fn no_such_master() -> CommandResult {
