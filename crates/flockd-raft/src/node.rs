@@ -23,11 +23,11 @@ use crate::error::{ClusterError, StartError};
 use crate::identity::{Identities, Identity};
 use crate::log_store::{LogStore, node as basic_node};
 use crate::network::{Forwarded, NetworkFactory, Peers, ReadPoint, Request, Response};
-use crate::peer_server::{BoxFuture, PeerHandler, serve_connection};
+use crate::peer_server::{PeerHandler, serve_connection};
 use crate::peers::{Peer, parse_addr};
 use crate::pending::{Outcome, PendingTable};
 use crate::state_machine::{Host, MachineStore, Me};
-use crate::transport::{Listener, Tcp, Transport};
+use crate::transport::{BoxFuture, Listener, Tcp, Transport};
 use crate::types::{FlockRaft, NodeId, Origin, Proposal};
 
 /// The openraft instance of a node.

@@ -4,7 +4,6 @@
 //! file, then installed as a whole.
 
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
@@ -13,10 +12,9 @@ use tokio::sync::{Semaphore, mpsc};
 use crate::identity::Identity;
 use crate::network::{Request, Response, frame, read_frame, write_all};
 use crate::state_machine::{MachineStore, SnapshotFile};
+use crate::transport::BoxFuture;
 use crate::transport::PeerStream;
 use crate::types::{SnapshotMeta, Vote};
-
-pub type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// Requests one connection may have in flight; more wait to be read (TCP pushes back).
 pub const IN_FLIGHT: usize = 256;

@@ -9,7 +9,8 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 
-use crate::peer_server::BoxFuture;
+/// A boxed future that can cross threads: what the transport and the peer handler return.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 pub type PeerReader = Box<dyn AsyncRead + Send + Unpin>;
 pub type PeerWriter = Box<dyn AsyncWrite + Send + Unpin>;
@@ -88,8 +89,8 @@ pub mod memory {
     use tokio::sync::mpsc;
     use tokio_util::sync::CancellationToken;
 
+    use super::BoxFuture;
     use super::{Listener, PeerStream, Transport};
-    use crate::peer_server::BoxFuture;
 
     /// Bytes a pipe buffers before its writer waits (a bounded buffer, as a socket has).
     const PIPE_BUFFER: usize = 256 << 10;
