@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::cluster::Cluster;
 use common::{Server, TempDir, skipping, wait_until};
 
 struct Pki {
@@ -478,4 +479,85 @@ fn the_redis_crate_over_rustls_with_and_without_a_client_certificate() {
         }
     });
     server.assert_alive();
+}
+
+/// `cluster-tls yes`: the cluster port is TLS both ways. A 3-node cluster forms and forwards
+/// through it; plain bytes on the cluster port get no answer; openssl s_client gets in with a
+/// certificate the CA signed and is refused without one or with a stranger's.
+#[test]
+fn the_cluster_port_speaks_mutual_tls_with_cluster_tls() {
+    let pki = Pki::new();
+    let flags = vec![
+        "--cluster-tls".to_string(),
+        "yes".to_string(),
+        "--tls-cert-file".to_string(),
+        pki.p("server.crt"),
+        "--tls-key-file".to_string(),
+        pki.p("server.key"),
+        "--tls-ca-cert-file".to_string(),
+        pki.p("ca.crt"),
+    ];
+    let cluster = Cluster::start_with(3, 3, vec![flags; 3]);
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    let follower = (leader + 1) % 3;
+    // A grant and a fenced write through a follower: forwarded to the leader over TLS.
+    let token = cluster.call(follower, &["FLOCK.ACQUIRE", "tls:lock", "10000"]);
+    assert!(token.starts_with(':'), "{token:?}");
+    let token = token.trim().trim_start_matches(':').to_string();
+    assert_eq!(
+        cluster.call(follower, &["FENCE.SET", "tls:res", &token, "v"]),
+        ":1\r\n"
+    );
+    assert_eq!(
+        cluster.call(leader, &["FENCE.TOKEN", "tls:res"]),
+        format!(":{token}\r\n")
+    );
+    let cport = cluster.ports[3 + follower];
+
+    // Plain bytes (a frame as a peer without TLS would send) get nothing but a close.
+    let mut plain = std::net::TcpStream::connect(("127.0.0.1", cport)).expect("connect");
+    plain
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    use std::io::{Read, Write};
+    let _ = plain.write_all(&[0, 0, 0, 12, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]);
+    let mut buf = [0u8; 64];
+    let read = plain.read(&mut buf);
+    assert!(
+        matches!(read, Ok(0) | Err(_)) || buf.first() == Some(&0x15),
+        "plain text on the TLS cluster port: {read:?} {buf:?}"
+    );
+
+    if !have("openssl", "version") {
+        return skipping("openssl is not installed");
+    }
+    // TLS 1.2, where a refused client certificate ends the handshake itself.
+    let s_client = |cert: Option<&str>| {
+        let addr = format!("127.0.0.1:{cport}");
+        let mut cmd = Command::new("timeout");
+        cmd.args(["20", "openssl", "s_client", "-connect", &addr, "-tls1_2"])
+            .args([
+                "-CAfile",
+                &pki.p("ca.crt"),
+                "-verify_return_error",
+                "-brief",
+            ]);
+        if let Some(name) = cert {
+            cmd.args(["-cert", &pki.p(&format!("{name}.crt"))])
+                .args(["-key", &pki.p(&format!("{name}.key"))]);
+        }
+        let out = cmd.stdin(Stdio::null()).output().expect("run openssl");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let member = s_client(Some("client"));
+    assert!(member.contains("CONNECTION ESTABLISHED"), "{member}");
+    for (who, cert) in [("no certificate", None), ("a stranger", Some("stranger"))] {
+        let out = s_client(cert);
+        assert!(!out.contains("CONNECTION ESTABLISHED"), "{who}: {out}");
+    }
+    // The cluster still works after the refusals.
+    assert_eq!(
+        cluster.call(follower, &["FLOCK.RELEASE", "tls:lock", &token]),
+        ":1\r\n"
+    );
 }

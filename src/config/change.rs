@@ -27,6 +27,7 @@ const IMMUTABLE: &[&str] = &[
     "cluster-heartbeat-ms",
     "cluster-election-timeout-ms",
     "cluster-wait-leader-ms",
+    "cluster-tls",
     "sentinel-master-name",
     "sentinel-port",
     "appendonly",

@@ -85,6 +85,8 @@ pub struct ClusterConfig {
     pub heartbeat_ms: u64,
     pub election_timeout_ms: u64,
     pub wait_leader_ms: u64,
+    /// `cluster-tls`: the cluster port speaks TLS both ways, with the tls-* files.
+    pub tls: bool,
 }
 
 impl ClusterConfig {
@@ -251,6 +253,15 @@ impl Config {
                     .map_or(3000, |c| c.wait_leader_ms)
                     .to_string(),
             ),
+            (
+                "cluster-tls",
+                if self.cluster.as_ref().is_some_and(|c| c.tls) {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .to_string(),
+            ),
             ("sentinel-master-name", self.sentinel_master_name.clone()),
             (
                 "sentinel-port",
@@ -294,6 +305,20 @@ fn path_text(path: &Option<PathBuf>) -> String {
 
 impl Config {
     /// The TLS port's settings, when there is one.
+    /// The cluster port's TLS files, with `cluster-tls yes` (checked to be there at load).
+    pub fn cluster_tls_settings(&self) -> Option<TlsSettings> {
+        if !self.cluster.as_ref()?.tls {
+            return None;
+        }
+        Some(TlsSettings {
+            cert_file: self.tls_cert_file.clone()?,
+            key_file: self.tls_key_file.clone()?,
+            ca_cert_file: self.tls_ca_cert_file.clone(),
+            auth_clients: AuthClients::Yes,
+            protocols: self.tls_protocols.clone(),
+        })
+    }
+
     pub fn tls_settings(&self) -> Option<TlsSettings> {
         self.tls_port?;
         Some(TlsSettings {
@@ -526,6 +551,10 @@ pub struct Settings {
     /// How long a command waits for a leader to commit it before -CLUSTERDOWN.
     #[arg(long, env = "FLOCKD_CLUSTER_WAIT_LEADER_MS", value_name = "MS")]
     pub cluster_wait_leader_ms: Option<u64>,
+    /// yes: the cluster port speaks TLS both ways (mutual), with tls-cert-file, tls-key-file and
+    /// tls-ca-cert-file; no (the default).
+    #[arg(long, env = "FLOCKD_CLUSTER_TLS", value_name = "yes|no")]
+    pub cluster_tls: Option<String>,
     /// The master name SENTINEL get-master-addr-by-name and the others answer for.
     #[arg(long, env = "FLOCKD_SENTINEL_MASTER_NAME", value_name = "NAME")]
     pub sentinel_master_name: Option<String>,
@@ -596,6 +625,7 @@ impl Settings {
                 .cluster_election_timeout_ms
                 .or(lower.cluster_election_timeout_ms),
             cluster_wait_leader_ms: self.cluster_wait_leader_ms.or(lower.cluster_wait_leader_ms),
+            cluster_tls: self.cluster_tls.or(lower.cluster_tls),
             sentinel_master_name: self.sentinel_master_name.or(lower.sentinel_master_name),
             sentinel_port: self.sentinel_port.or(lower.sentinel_port),
         }
@@ -715,11 +745,35 @@ impl Settings {
                          leader is alive"
                     )));
                 }
+                let tls_on = match self.cluster_tls.as_deref() {
+                    None | Some("no") => false,
+                    Some("yes") => true,
+                    Some(other) => {
+                        return Err(ConfigError::Invalid {
+                            key: "cluster-tls",
+                            value: other.to_string(),
+                            allowed: "yes or no",
+                        });
+                    }
+                };
+                if tls_on
+                    && (tls.cert_file.is_none()
+                        || tls.key_file.is_none()
+                        || tls.ca_cert_file.is_none())
+                {
+                    return Err(ConfigError::Cluster(
+                        "cluster-tls yes needs tls-cert-file, tls-key-file and tls-ca-cert-file: \
+                         each node shows its certificate to the others and checks theirs \
+                         against the CA"
+                            .into(),
+                    ));
+                }
                 Some(ClusterConfig {
                     node_id,
                     peers: parsed,
                     heartbeat_ms,
                     election_timeout_ms,
+                    tls: tls_on,
                     wait_leader_ms: ranged(
                         "cluster-wait-leader-ms",
                         self.cluster_wait_leader_ms,

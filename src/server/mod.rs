@@ -499,9 +499,23 @@ async fn start_cluster(
         log_kept_after_snapshot: 1000,
         sync_delay_ms: test_sync_delay()?,
     };
-    let node = flockd_raft::Cluster::start(settings, host.clone(), clock.clone(), seed)
-        .await
-        .map_err(ServerError::Cluster)?;
+    let node = match config.cluster_tls_settings() {
+        Some(tls) => {
+            let transport = flockd_raft::transport::Tls {
+                config: flockd_tls::cluster_tls(&tls)?,
+            };
+            flockd_raft::Cluster::start_on(
+                settings,
+                host.clone(),
+                clock.clone(),
+                seed,
+                Arc::new(transport),
+            )
+            .await
+        }
+        None => flockd_raft::Cluster::start(settings, host.clone(), clock.clone(), seed).await,
+    }
+    .map_err(ServerError::Cluster)?;
     info!(
         node = cluster.node_id,
         peers = %cluster.peers_text(),

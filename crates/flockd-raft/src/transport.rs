@@ -1,4 +1,5 @@
-//! How the cluster port's bytes travel between nodes: over TCP in the server ([`Tcp`]), or over
+//! How the cluster port's bytes travel between nodes: over TCP in the server ([`Tcp`], or
+//! [`Tls`] with `cluster-tls`), or over
 //! an in-memory network ([`memory`]) when tests run a whole cluster in one process and cut its
 //! links. The peer protocol above it ([`crate::network`], [`crate::peer_server`]) is the same
 //! on both.
@@ -69,6 +70,110 @@ impl Listener for TcpListener {
         Box::pin(async move {
             let (stream, peer) = TcpListener::accept(self).await?;
             Ok(tcp_stream(stream, peer.to_string()))
+        })
+    }
+}
+
+/// The cluster port on TCP with TLS both ways (`cluster-tls`): a node dials with its client
+/// certificate and checks the peer's server certificate against the CA, for the host it dials
+/// (so each node's certificate names its host or address); a node accepts only peers whose
+/// certificate the CA signed. Handshakes run beside the accept loop, bounded in time, so a slow
+/// or wrong client holds up no other.
+pub struct Tls {
+    pub config: flockd_tls::ClusterTls,
+}
+
+/// How long a peer has to finish the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Transport for Tls {
+    fn connect<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, io::Result<PeerStream>> {
+        Box::pin(async move {
+            use flockd_tls::tokio_rustls::{TlsConnector, rustls::pki_types::ServerName};
+            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let name = ServerName::try_from(host.to_owned())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            let stream = tokio::net::TcpStream::connect(addr).await?;
+            let _ = stream.set_nodelay(true);
+            let connector = TlsConnector::from(self.config.client.clone());
+            let tls = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, connector.connect(name, stream))
+                .await
+                .map_err(|_| {
+                    io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
+                })??;
+            let (reader, writer) = tokio::io::split(tls);
+            Ok(PeerStream {
+                reader: Box::new(reader),
+                writer: Box::new(writer),
+                peer: addr.to_owned(),
+            })
+        })
+    }
+
+    fn listen(&self, addr: SocketAddr) -> BoxFuture<'_, io::Result<Box<dyn Listener>>> {
+        Box::pin(async move {
+            let listener = TcpListener::bind(addr).await?;
+            let acceptor = flockd_tls::tokio_rustls::TlsAcceptor::from(self.config.server.clone());
+            let (ready, streams) = tokio::sync::mpsc::channel::<PeerStream>(64);
+            tokio::spawn(async move {
+                loop {
+                    let (stream, peer) = match listener.accept().await {
+                        Ok(accepted) => accepted,
+                        Err(e) => {
+                            tracing::warn!("cluster port: accept failed: {e}");
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    if ready.is_closed() {
+                        return;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    let acceptor = acceptor.clone();
+                    let ready = ready.clone();
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                            .await
+                        {
+                            Ok(Ok(tls)) => {
+                                let (reader, writer) = tokio::io::split(tls);
+                                let _ = ready
+                                    .send(PeerStream {
+                                        reader: Box::new(reader),
+                                        writer: Box::new(writer),
+                                        peer: peer.to_string(),
+                                    })
+                                    .await;
+                            }
+                            Ok(Err(e)) => {
+                                tracing::warn!(
+                                    "cluster port: TLS handshake with {peer} failed: {e}"
+                                )
+                            }
+                            Err(_) => {
+                                tracing::warn!("cluster port: TLS handshake with {peer} timed out")
+                            }
+                        }
+                    });
+                }
+            });
+            Ok(Box::new(TlsListener { streams }) as Box<dyn Listener>)
+        })
+    }
+}
+
+struct TlsListener {
+    streams: tokio::sync::mpsc::Receiver<PeerStream>,
+}
+
+impl Listener for TlsListener {
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<PeerStream>> {
+        Box::pin(async move {
+            self.streams
+                .recv()
+                .await
+                .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))
         })
     }
 }

@@ -1,4 +1,4 @@
-//! TLS for flockd's client port, with Redis's settings (`tls-cert-file`, `tls-key-file`,
+//! TLS for flockd's client port (and, with `cluster-tls`, its cluster port), with Redis's settings (`tls-cert-file`, `tls-key-file`,
 //! `tls-ca-cert-file`, `tls-auth-clients`, `tls-protocols`) turned into a rustls server
 //! configuration. rustls does all of TLS; this crate reads the files, checks them, and keeps
 //! the acceptor that new connections use, so a reload (SIGHUP, CONFIG SET) changes what new
@@ -19,6 +19,7 @@ use tokio_rustls::rustls::{
     self, RootCertStore, ServerConfig, SupportedProtocolVersion, crypto::ring,
 };
 
+pub use tokio_rustls;
 pub use tokio_rustls::server::TlsStream;
 
 /// `tls-auth-clients`: whether clients must present a certificate signed by the CA.
@@ -128,6 +129,10 @@ pub enum TlsError {
     BadCa { path: PathBuf, reason: String },
     #[error("tls-auth-clients {0} needs tls-ca-cert-file (the CA that signs client certificates)")]
     NeedsCa(&'static str),
+    #[error(
+        "cluster-tls needs tls-ca-cert-file: every node checks the others' certificates against that CA"
+    )]
+    ClusterNeedsCa,
     #[error("tls-cert-file {cert} and tls-key-file {key} do not make a usable pair: {reason}")]
     Pair {
         cert: PathBuf,
@@ -159,40 +164,88 @@ fn certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'s
     Ok(certs)
 }
 
-/// The rustls configuration `settings` describe, with every file read and checked now.
-pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
-    let provider = Arc::new(ring::default_provider());
-    let chain = certificates("tls-cert-file", &settings.cert_file)?;
-    let key = PrivateKeyDer::from_pem_file(&settings.key_file).map_err(|e| match e {
+fn private_key(settings: &TlsSettings) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(&settings.key_file).map_err(|e| match e {
         rustls_pki_types::pem::Error::NoItemsFound => TlsError::Empty {
             what: "tls-key-file",
             path: settings.key_file.clone(),
             expected: "PEM private key",
         },
         other => file_error("tls-key-file", &settings.key_file, other),
+    })
+}
+
+fn root_store(ca: &Path) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in certificates("tls-ca-cert-file", ca)? {
+        roots.add(cert).map_err(|e| TlsError::BadCa {
+            path: ca.to_owned(),
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(roots)
+}
+
+fn pair_error(settings: &TlsSettings, e: impl fmt::Display) -> TlsError {
+    TlsError::Pair {
+        cert: settings.cert_file.clone(),
+        key: settings.key_file.clone(),
+        reason: e.to_string(),
+    }
+}
+
+/// TLS on the cluster port, both ends: each node shows its certificate (`tls-cert-file`) to
+/// the others and checks theirs against `tls-ca-cert-file`, as server and as client (mutual
+/// TLS), so only holders of a certificate the CA signed can join the Raft traffic.
+#[derive(Clone)]
+pub struct ClusterTls {
+    pub server: Arc<ServerConfig>,
+    pub client: Arc<rustls::ClientConfig>,
+}
+
+/// The cluster port's TLS from the same files as the client port's.
+pub fn cluster_tls(settings: &TlsSettings) -> Result<ClusterTls, TlsError> {
+    let Some(ca) = &settings.ca_cert_file else {
+        return Err(TlsError::ClusterNeedsCa);
+    };
+    let server = server_config(&TlsSettings {
+        auth_clients: AuthClients::Yes,
+        ..settings.clone()
     })?;
+    let versions: Vec<&'static SupportedProtocolVersion> =
+        settings.protocols.iter().map(|p| p.rustls()).collect();
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+        .with_protocol_versions(&versions)
+        .map_err(|e| pair_error(settings, e))?
+        .with_root_certificates(root_store(ca)?)
+        .with_client_auth_cert(
+            certificates("tls-cert-file", &settings.cert_file)?,
+            private_key(settings)?,
+        )
+        .map_err(|e| pair_error(settings, e))?;
+    Ok(ClusterTls {
+        server,
+        client: Arc::new(client),
+    })
+}
+
+/// The rustls configuration `settings` describe, with every file read and checked now.
+pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = Arc::new(ring::default_provider());
+    let chain = certificates("tls-cert-file", &settings.cert_file)?;
+    let key = private_key(settings)?;
     let versions: Vec<&'static SupportedProtocolVersion> =
         settings.protocols.iter().map(|p| p.rustls()).collect();
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
-        .map_err(|e| TlsError::Pair {
-            cert: settings.cert_file.clone(),
-            key: settings.key_file.clone(),
-            reason: e.to_string(),
-        })?;
+        .map_err(|e| pair_error(settings, e))?;
     let builder = match (&settings.ca_cert_file, settings.auth_clients) {
         (None, AuthClients::No) => builder.with_no_client_auth(),
         (None, other) => return Err(TlsError::NeedsCa(other.as_str())),
         (Some(_), AuthClients::No) => builder.with_no_client_auth(),
         (Some(ca), auth) => {
-            let mut roots = RootCertStore::empty();
-            for cert in certificates("tls-ca-cert-file", ca)? {
-                roots.add(cert).map_err(|e| TlsError::BadCa {
-                    path: ca.clone(),
-                    reason: e.to_string(),
-                })?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(root_store(ca)?), provider);
             let verifier = match auth {
                 AuthClients::Optional => verifier.allow_unauthenticated(),
                 _ => verifier,
@@ -206,11 +259,7 @@ pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsErr
     };
     let config = builder
         .with_single_cert(chain, key)
-        .map_err(|e: rustls::Error| TlsError::Pair {
-            cert: settings.cert_file.clone(),
-            key: settings.key_file.clone(),
-            reason: e.to_string(),
-        })?;
+        .map_err(|e: rustls::Error| pair_error(settings, e))?;
     Ok(Arc::new(config))
 }
 
