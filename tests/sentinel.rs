@@ -58,16 +58,34 @@ fn connect(cluster: &Cluster, i: usize) -> redis::Connection {
 #[test]
 fn every_node_describes_the_leader_and_the_members_as_sentinel_does() {
     let cluster = Cluster::start(3);
-    let leader = cluster.wait_for_leader(Duration::from_secs(20));
-    let leader_port = cluster.addr(leader).port().to_string();
     for i in 0..3 {
         let mut c = connect(&cluster, i);
-        let addr: Vec<String> = redis::cmd("SENTINEL")
-            .arg("get-master-addr-by-name")
-            .arg("flockd")
-            .query(&mut c)
-            .expect("get-master-addr-by-name");
-        assert_eq!(addr, vec!["127.0.0.1".to_string(), leader_port.clone()]);
+        // A follower that has not heard the leader for two election timeouts names none (a
+        // loaded machine can delay heartbeats that long): ask again, up to 20 s.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let leader = loop {
+            let leader = cluster.wait_for_leader(Duration::from_secs(20));
+            let addr: Option<Vec<String>> = redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg("flockd")
+                .query(&mut c)
+                .expect("get-master-addr-by-name");
+            let want = vec![
+                "127.0.0.1".to_string(),
+                cluster.addr(leader).port().to_string(),
+            ];
+            if addr.as_ref() == Some(&want) {
+                break leader;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {} names {addr:?}, not node {}",
+                i + 1,
+                leader + 1
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let leader_port = cluster.addr(leader).port().to_string();
         let unknown: Option<Vec<String>> = redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
             .arg("other")
