@@ -481,14 +481,14 @@ fn the_redis_crate_over_rustls_with_and_without_a_client_certificate() {
     server.assert_alive();
 }
 
-/// `cluster-tls yes`: the cluster port is TLS both ways. A 3-node cluster forms and forwards
+/// `tls-cluster yes`: the cluster port is TLS both ways. A 3-node cluster forms and forwards
 /// through it; plain bytes on the cluster port get no answer; openssl s_client gets in with a
 /// certificate the CA signed and is refused without one or with a stranger's.
 #[test]
-fn the_cluster_port_speaks_mutual_tls_with_cluster_tls() {
+fn the_cluster_port_speaks_mutual_tls_with_tls_cluster() {
     let pki = Pki::new();
     let flags = vec![
-        "--cluster-tls".to_string(),
+        "--tls-cluster".to_string(),
         "yes".to_string(),
         "--tls-cert-file".to_string(),
         pki.p("server.crt"),

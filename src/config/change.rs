@@ -27,7 +27,7 @@ const IMMUTABLE: &[&str] = &[
     "cluster-heartbeat-ms",
     "cluster-election-timeout-ms",
     "cluster-wait-leader-ms",
-    "cluster-tls",
+    "tls-cluster",
     "sentinel-master-name",
     "sentinel-port",
     "appendonly",

@@ -85,7 +85,7 @@ pub struct ClusterConfig {
     pub heartbeat_ms: u64,
     pub election_timeout_ms: u64,
     pub wait_leader_ms: u64,
-    /// `cluster-tls`: the cluster port speaks TLS both ways, with the tls-* files.
+    /// `tls-cluster`: the cluster port speaks TLS both ways, with the tls-* files.
     pub tls: bool,
 }
 
@@ -254,7 +254,7 @@ impl Config {
                     .to_string(),
             ),
             (
-                "cluster-tls",
+                "tls-cluster",
                 if self.cluster.as_ref().is_some_and(|c| c.tls) {
                     "yes"
                 } else {
@@ -305,7 +305,7 @@ fn path_text(path: &Option<PathBuf>) -> String {
 
 impl Config {
     /// The TLS port's settings, when there is one.
-    /// The cluster port's TLS files, with `cluster-tls yes` (checked to be there at load).
+    /// The cluster port's TLS files, with `tls-cluster yes` (checked to be there at load).
     pub fn cluster_tls_settings(&self) -> Option<TlsSettings> {
         if !self.cluster.as_ref()?.tls {
             return None;
@@ -553,8 +553,8 @@ pub struct Settings {
     pub cluster_wait_leader_ms: Option<u64>,
     /// yes: the cluster port speaks TLS both ways (mutual), with tls-cert-file, tls-key-file and
     /// tls-ca-cert-file; no (the default).
-    #[arg(long, env = "FLOCKD_CLUSTER_TLS", value_name = "yes|no")]
-    pub cluster_tls: Option<String>,
+    #[arg(long, env = "FLOCKD_TLS_CLUSTER", value_name = "yes|no")]
+    pub tls_cluster: Option<String>,
     /// The master name SENTINEL get-master-addr-by-name and the others answer for.
     #[arg(long, env = "FLOCKD_SENTINEL_MASTER_NAME", value_name = "NAME")]
     pub sentinel_master_name: Option<String>,
@@ -625,7 +625,7 @@ impl Settings {
                 .cluster_election_timeout_ms
                 .or(lower.cluster_election_timeout_ms),
             cluster_wait_leader_ms: self.cluster_wait_leader_ms.or(lower.cluster_wait_leader_ms),
-            cluster_tls: self.cluster_tls.or(lower.cluster_tls),
+            tls_cluster: self.tls_cluster.or(lower.tls_cluster),
             sentinel_master_name: self.sentinel_master_name.or(lower.sentinel_master_name),
             sentinel_port: self.sentinel_port.or(lower.sentinel_port),
         }
@@ -745,12 +745,12 @@ impl Settings {
                          leader is alive"
                     )));
                 }
-                let tls_on = match self.cluster_tls.as_deref() {
+                let tls_on = match self.tls_cluster.as_deref() {
                     None | Some("no") => false,
                     Some("yes") => true,
                     Some(other) => {
                         return Err(ConfigError::Invalid {
-                            key: "cluster-tls",
+                            key: "tls-cluster",
                             value: other.to_string(),
                             allowed: "yes or no",
                         });
@@ -762,7 +762,7 @@ impl Settings {
                         || tls.ca_cert_file.is_none())
                 {
                     return Err(ConfigError::Cluster(
-                        "cluster-tls yes needs tls-cert-file, tls-key-file and tls-ca-cert-file: \
+                        "tls-cluster yes needs tls-cert-file, tls-key-file and tls-ca-cert-file: \
                          each node shows its certificate to the others and checks theirs \
                          against the CA"
                             .into(),

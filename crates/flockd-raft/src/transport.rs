@@ -1,5 +1,5 @@
 //! How the cluster port's bytes travel between nodes: over TCP in the server ([`Tcp`], or
-//! [`Tls`] with `cluster-tls`), or over
+//! [`Tls`] with `tls-cluster`), or over
 //! an in-memory network ([`memory`]) when tests run a whole cluster in one process and cut its
 //! links. The peer protocol above it ([`crate::network`], [`crate::peer_server`]) is the same
 //! on both.
@@ -74,7 +74,7 @@ impl Listener for TcpListener {
     }
 }
 
-/// The cluster port on TCP with TLS both ways (`cluster-tls`): a node dials with its client
+/// The cluster port on TCP with TLS both ways (`tls-cluster`): a node dials with its client
 /// certificate and checks the peer's server certificate against the CA, for the host it dials
 /// (so each node's certificate names its host or address); a node accepts only peers whose
 /// certificate the CA signed. Handshakes run beside the accept loop, bounded in time, so a slow

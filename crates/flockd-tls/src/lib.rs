@@ -1,4 +1,4 @@
-//! TLS for flockd's client port (and, with `cluster-tls`, its cluster port), with Redis's settings (`tls-cert-file`, `tls-key-file`,
+//! TLS for flockd's client port (and, with `tls-cluster`, its cluster port), with Redis's settings (`tls-cert-file`, `tls-key-file`,
 //! `tls-ca-cert-file`, `tls-auth-clients`, `tls-protocols`) turned into a rustls server
 //! configuration. rustls does all of TLS; this crate reads the files, checks them, and keeps
 //! the acceptor that new connections use, so a reload (SIGHUP, CONFIG SET) changes what new
@@ -130,7 +130,7 @@ pub enum TlsError {
     #[error("tls-auth-clients {0} needs tls-ca-cert-file (the CA that signs client certificates)")]
     NeedsCa(&'static str),
     #[error(
-        "cluster-tls needs tls-ca-cert-file: every node checks the others' certificates against that CA"
+        "tls-cluster needs tls-ca-cert-file: every node checks the others' certificates against that CA"
     )]
     ClusterNeedsCa,
     #[error("tls-cert-file {cert} and tls-key-file {key} do not make a usable pair: {reason}")]
