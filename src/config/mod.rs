@@ -686,17 +686,11 @@ impl Settings {
                 allowed: "an IPv4 or IPv6 address, e.g. 127.0.0.1 or ::1",
             })?,
         };
-        let metrics_port = match self.metrics_port {
-            None => None,
-            Some(p) => Some(ranged(
-                "metrics-port",
-                Some(u64::from(p)),
-                0,
-                0,
-                65_535,
-                "0..=65535 (0: a free port; leave it out for no metrics port)",
-            )? as u16),
-        };
+        let metrics_port = optional_port(
+            "metrics-port",
+            self.metrics_port,
+            "0..=65535 (0: a free port; leave it out for no metrics port)",
+        )?;
         let requirepass = match self.requirepass {
             Some(p) if p.is_empty() => None,
             other => other,
@@ -812,17 +806,11 @@ impl Settings {
                 });
             }
         };
-        let sentinel_port = match self.sentinel_port {
-            None => None,
-            Some(p) => Some(ranged(
-                "sentinel-port",
-                Some(u64::from(p)),
-                0,
-                0,
-                65_535,
-                "0..=65535 (0: a free port; leave it out for no sentinel port)",
-            )? as u16),
-        };
+        let sentinel_port = optional_port(
+            "sentinel-port",
+            self.sentinel_port,
+            "0..=65535 (0: a free port; leave it out for no sentinel port)",
+        )?;
         Ok(Config {
             cluster,
             sentinel_master_name,
@@ -1034,17 +1022,11 @@ fn some_path(path: Option<PathBuf>) -> Option<PathBuf> {
 
 impl Settings {
     fn tls(&self) -> Result<TlsKeys, ConfigError> {
-        let port = match self.tls_port {
-            None => None,
-            Some(p) => Some(ranged(
-                "tls-port",
-                Some(u64::from(p)),
-                0,
-                0,
-                65_535,
-                "0..=65535 (0: a free port; leave it out for no TLS)",
-            )? as u16),
-        };
+        let port = optional_port(
+            "tls-port",
+            self.tls_port,
+            "0..=65535 (0: a free port; leave it out for no TLS)",
+        )?;
         let only = match self
             .tls_only
             .as_deref()
@@ -1116,6 +1098,17 @@ impl Settings {
 
 fn is_plain_file_name(name: &str) -> bool {
     !name.is_empty() && !name.contains('/') && name != "." && name != ".."
+}
+
+/// An optional port key: unset is none, 0 a free port, at most 65535.
+fn optional_port(
+    key: &'static str,
+    value: Option<u32>,
+    allowed: &'static str,
+) -> Result<Option<u16>, ConfigError> {
+    value
+        .map(|p| ranged(key, Some(u64::from(p)), 0, 0, 65_535, allowed).map(|p| p as u16))
+        .transpose()
 }
 
 fn ranged(

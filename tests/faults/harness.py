@@ -217,7 +217,7 @@ class Node:
 
     def replication(self):
         try:
-            return self.call("INFO", "replication")
+            return self.call("INFO", "replication", "digest")
         except (redis.RedisError, OSError):
             return None
 
@@ -285,7 +285,8 @@ class Cluster:
         last = None
         while now() - start < timeout:
             infos = [n.replication() for n in self.nodes]
-            if all(infos):
+            # a missing field must not pass as equal
+            if all(infos) and all(i.get("raft_state_digest") is not None for i in infos):
                 leaders = [i for i in infos if i.get("raft_state") == "leader"]
                 keys = {(i.get("raft_leader_id"), i.get("raft_applied_index"),
                          i.get("raft_state_digest")) for i in infos}

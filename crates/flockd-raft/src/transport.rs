@@ -36,6 +36,21 @@ pub trait Listener: Send {
     fn accept(&mut self) -> BoxFuture<'_, io::Result<PeerStream>>;
 }
 
+impl PeerStream {
+    /// One stream (TLS, an in-memory pipe) as the two halves the peer protocol reads and writes.
+    pub fn split<S>(stream: S, peer: impl Into<String>) -> PeerStream
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (reader, writer) = tokio::io::split(stream);
+        PeerStream {
+            reader: Box::new(reader),
+            writer: Box::new(writer),
+            peer: peer.into(),
+        }
+    }
+}
+
 /// The cluster port on TCP, with Nagle off (the peer protocol is many small frames).
 pub struct Tcp;
 
@@ -102,12 +117,7 @@ impl Transport for Tls {
                 .map_err(|_| {
                     io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
                 })??;
-            let (reader, writer) = tokio::io::split(tls);
-            Ok(PeerStream {
-                reader: Box::new(reader),
-                writer: Box::new(writer),
-                peer: addr.to_owned(),
-            })
+            Ok(PeerStream::split(tls, addr))
         })
     }
 
@@ -137,14 +147,7 @@ impl Transport for Tls {
                             .await
                         {
                             Ok(Ok(tls)) => {
-                                let (reader, writer) = tokio::io::split(tls);
-                                let _ = ready
-                                    .send(PeerStream {
-                                        reader: Box::new(reader),
-                                        writer: Box::new(writer),
-                                        peer: peer.to_string(),
-                                    })
-                                    .await;
+                                let _ = ready.send(PeerStream::split(tls, peer.to_string())).await;
                             }
                             Ok(Err(e)) => {
                                 tracing::warn!(
@@ -347,12 +350,7 @@ pub mod memory {
     }
 
     fn stream(pipe: DuplexStream, peer: &str) -> PeerStream {
-        let (reader, writer) = tokio::io::split(pipe);
-        PeerStream {
-            reader: Box::new(reader),
-            writer: Box::new(writer),
-            peer: peer.to_owned(),
-        }
+        PeerStream::split(pipe, peer)
     }
 
     impl Transport for Endpoint {
