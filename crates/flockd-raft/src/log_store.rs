@@ -12,7 +12,7 @@ use std::sync::mpsc::{SyncSender, sync_channel};
 
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{BasicNode, OptionalSend};
-use parking_lot::Mutex;
+use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
 use raft_log::api::raft_log_writer::RaftLogWriter;
 use raft_log::codeq::{Decode, Encode};
 use raft_log::{RaftLog, Types};
@@ -170,7 +170,9 @@ fn decode_entry(log_id: &WalLogId, payload: &WalPayload) -> io::Result<Entry> {
 /// (replication, apply).
 #[derive(Clone)]
 pub struct LogStore {
-    log: Arc<Mutex<RaftLog<WalTypes>>>,
+    /// `None` once closed: the directory's lock is then released, so the same process may open
+    /// it again (an in-process restart) without waiting for every clone of the store to go.
+    log: Arc<Mutex<Option<RaftLog<WalTypes>>>>,
     /// Entries appended since the start (for entries per sync).
     appended: Arc<std::sync::atomic::AtomicU64>,
     /// A test-only wait (ms) before each synced write is queued: a slow disk, for the fault
@@ -195,10 +197,17 @@ impl LogStore {
         let config = raft_log::Config::new(dir.display());
         let log = RaftLog::open(Arc::new(config))?;
         Ok(LogStore {
-            log: Arc::new(Mutex::new(log)),
+            log: Arc::new(Mutex::new(Some(log))),
             appended: Arc::default(),
             sync_delay_ms,
         })
+    }
+
+    /// Closes the log: its flush worker syncs what is queued and ends, and the directory is
+    /// unlocked. Every later use of any clone is an error.
+    pub fn close(&self) {
+        let log = self.log.lock().take();
+        drop(log);
     }
 
     fn sync_delay(&self) -> std::time::Duration {
@@ -211,21 +220,21 @@ impl LogStore {
     pub fn stats(&self) -> LogStats {
         LogStats {
             entries_appended: self.appended.load(std::sync::atomic::Ordering::Relaxed),
-            syncs: self.log.lock().stat().flush_metrics.sync_batch_count,
+            syncs: opened(&self.log).map_or(0, |log| log.stat().flush_metrics.sync_batch_count),
         }
     }
 
     /// Whether nothing was ever written (no vote, no entry): a node that may form a new cluster.
-    pub fn is_pristine(&self) -> bool {
-        let log = self.log.lock();
+    pub fn is_pristine(&self) -> io::Result<bool> {
+        let log = opened(&self.log)?;
         let state = log.log_state();
-        state.vote().is_none() && state.last().is_none() && state.purged().is_none()
+        Ok(state.vote().is_none() && state.last().is_none() && state.purged().is_none())
     }
 
     /// Marks everything up to `log_id` as compacted away (a seeded node's log starts after its
     /// first snapshot), synced.
     pub fn start_after(&self, log_id: &LogId) -> io::Result<()> {
-        let mut log = self.log.lock();
+        let mut log = opened(&self.log)?;
         log.purge(WalLogId::from(log_id))?;
         LogStore::flush_and_wait(&mut log)
     }
@@ -238,6 +247,14 @@ impl LogStore {
         rx.recv()
             .map_err(|_| io::Error::other("the log's flush worker is gone"))?
     }
+}
+
+/// The open log, or an error once it was closed.
+fn opened(
+    log: &Mutex<Option<RaftLog<WalTypes>>>,
+) -> io::Result<MappedMutexGuard<'_, RaftLog<WalTypes>>> {
+    MutexGuard::try_map(log.lock(), Option::as_mut)
+        .map_err(|_| io::Error::new(io::ErrorKind::NotConnected, "the Raft log is closed"))
 }
 
 fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
@@ -262,7 +279,7 @@ impl RaftLogReader<FlockRaft> for LogStore {
         let (from, to) = bounds(&range);
         let log = self.log.clone();
         tokio::task::spawn_blocking(move || {
-            let log = log.lock();
+            let log = opened(&log)?;
             log.read(from, to)
                 .map(|read| read.and_then(|(id, payload)| decode_entry(&id, &payload)))
                 .collect()
@@ -272,7 +289,7 @@ impl RaftLogReader<FlockRaft> for LogStore {
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
-        Ok(self.log.lock().log_state().vote().map(|v| v.0))
+        Ok(opened(&self.log)?.log_state().vote().map(|v| v.0))
     }
 }
 
@@ -280,7 +297,7 @@ impl RaftLogStorage<FlockRaft> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<FlockRaft>, io::Error> {
-        let log = self.log.lock();
+        let log = opened(&self.log)?;
         let state = log.log_state();
         let purged = state.purged().map(LogId::from);
         let last = state.last().map(LogId::from).or(purged);
@@ -300,7 +317,7 @@ impl RaftLogStorage<FlockRaft> for LogStore {
         let delay = self.sync_delay();
         tokio::task::spawn_blocking(move || {
             std::thread::sleep(delay);
-            let mut log = log.lock();
+            let mut log = opened(&log)?;
             log.save_vote(vote)?;
             LogStore::flush_and_wait(&mut log)
         })
@@ -335,14 +352,14 @@ impl RaftLogStorage<FlockRaft> for LogStore {
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        let mut log = self.log.lock();
+        let mut log = opened(&self.log)?;
         log.append(records)?;
         // Returns at once; the flush worker syncs and then tells openraft.
         log.flush(true, Some(WalCallback::Raft(callback)))
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
-        let mut log = self.log.lock();
+        let mut log = opened(&self.log)?;
         let keep_to = last_log_id.map_or(0, |id| id.index + 1);
         // Nothing after it: raft-log would look for an entry that is not there.
         let next = log.log_state().last().map_or(0, |id| id.index + 1);
@@ -354,7 +371,7 @@ impl RaftLogStorage<FlockRaft> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
-        let mut log = self.log.lock();
+        let mut log = opened(&self.log)?;
         log.purge(WalLogId::from(&log_id))?;
         // A sync flush also removes the chunks the purge emptied.
         log.flush(true, None)
@@ -365,5 +382,32 @@ impl RaftLogStorage<FlockRaft> for LogStore {
 pub fn node(addr: &str) -> BasicNode {
     BasicNode {
         addr: addr.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_log_unlocks_its_dir_while_clones_live_on() {
+        let dir = std::env::temp_dir().join(format!("flockd-log-close-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let first = LogStore::open(&dir, Arc::default()).unwrap();
+        let lingering = first.clone();
+        let Err(locked) = LogStore::open(&dir, Arc::default()) else {
+            panic!("a second open of a dir in use must fail");
+        };
+        assert_eq!(locked.kind(), io::ErrorKind::WouldBlock);
+        first.close();
+        let again = LogStore::open(&dir, Arc::default()).expect("the dir opens again");
+        assert!(again.is_pristine().unwrap());
+        let closed = lingering
+            .is_pristine()
+            .expect_err("a closed log is an error");
+        assert_eq!(closed.kind(), io::ErrorKind::NotConnected);
+        assert_eq!(lingering.stats(), LogStats::default());
+        drop(again);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -223,7 +223,7 @@ impl Cluster {
             LogStore::open(&log_dir, settings.sync_delay_ms.clone())
         })
         .map_err(io_at(&log_dir))?;
-        let pristine = log.is_pristine();
+        let pristine = log.is_pristine().map_err(io_at(&log_dir))?;
         let pending = Arc::new(PendingTable::default());
         let snapshot_dir = dir.join("snapshot");
         let store = tokio::task::block_in_place(|| {
@@ -477,6 +477,9 @@ impl Cluster {
         if let Err(e) = self.node.raft.shutdown().await {
             warn!("raft shutdown: {e}");
         }
+        // Tasks that still hold the store (peer connections winding down) must not keep the
+        // directory locked: closing it here lets the same process open it again at once.
+        tokio::task::block_in_place(|| self.node.log.close());
     }
 }
 
