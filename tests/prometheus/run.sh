@@ -5,7 +5,7 @@
 #
 #   FLOCKD_BIN=target/debug/flockd bash tests/prometheus/run.sh     (cargo build -p flockd first)
 #
-# Needs prometheus (apt-get install prometheus), curl, python3, redis-cli. Prints `ok   NAME` /
+# Needs prometheus and promtool (apt-get install prometheus), curl, python3, redis-cli. Prints `ok   NAME` /
 # `FAIL NAME` per check and `N passed, M failed`. Both processes are stopped by pid on exit.
 set -euo pipefail
 
@@ -121,6 +121,29 @@ r = json.load(sys.stdin)["data"]["result"]
 print(r[0]["value"][1] if r else 0)')"
     if [[ "$n" -ge 1 ]]; then pass "series $name"; else fail "series $name" "none in Prometheus"; fi
 done
+
+# promtool's own lint of the body. It parses the text format 0.0.4, where a counter's HELP is
+# on its `_total` name; OpenMetrics puts it on the family's name. So its one expected complaint
+# is "no help text" for `X_total` where the body has `# HELP X` and `# TYPE X counter`; any parse
+# error or any other complaint fails.
+curl -fsS "http://$METRICS/metrics" >"$WORK/metrics.txt"
+lint_rc=0
+lint="$(promtool check metrics <"$WORK/metrics.txt" 2>&1)" || lint_rc=$?
+verdict="$(LINT="$lint" LINT_RC="$lint_rc" python3 - "$WORK/metrics.txt" <<'PY'
+import os, re, sys
+body = open(sys.argv[1]).read()
+rc, lines = int(os.environ["LINT_RC"]), [l for l in os.environ["LINT"].splitlines() if l.strip()]
+counters = set(re.findall(r"^# TYPE (\S+) counter$", body, re.M))
+helped = set(re.findall(r"^# HELP (\S+) ", body, re.M))
+odd = [l for l in lines
+       if not ((m := re.fullmatch(r"(\S+)_total no help text", l)) and m[1] in counters and m[1] in helped)]
+if rc not in (0, 3) or odd:
+    print("bad: rc %d: %s" % (rc, " | ".join(odd or lines)[:600]))
+else:
+    print("ok: rc %d, %d counter(s) with their HELP on the OpenMetrics family name" % (rc, len(lines)))
+PY
+)"
+if [[ "$verdict" == ok:* ]]; then pass "promtool check metrics (${verdict#ok: })"; else fail "promtool check metrics" "$verdict"; fi
 
 # The shipped alert rules: valid, and loaded and evaluated by this Prometheus.
 if out="$(promtool check rules config/prometheus/flockd-alerts.yml 2>&1)"; then pass "promtool check rules"; else fail "promtool check rules" "$out"; fi

@@ -103,13 +103,16 @@ impl Collector for SnapshotCollector {
         let s = self.0.snapshot();
         let e = &mut enc;
         {
-            let mut info = e.encode_descriptor(
-                "flockd_build",
+            // A gauge of 1, as Prometheus's own `prometheus_build_info`: the OpenMetrics `info`
+            // type is one that promtool and text-format 0.0.4 parsers refuse.
+            let mut build = e.encode_descriptor(
+                "flockd_build_info",
                 "flockd's version (always 1)",
                 None,
-                MetricType::Info,
+                MetricType::Gauge,
             )?;
-            info.encode_info(&[("version", s.version.as_str())])?;
+            let labels = [("version", s.version.as_str())];
+            ConstGauge::new(1i64).encode(build.encode_family(&labels)?)?;
         }
         gauge(
             e,
@@ -315,6 +318,7 @@ mod tests {
         };
         let text = render(&registry(Arc::new(Fixed(snapshot))));
         for line in [
+            "# TYPE flockd_build_info gauge",
             "flockd_build_info{version=\"0.1.0\"} 1",
             "flockd_connected_clients 3",
             "flockd_commands_total{command=\"flock.acquire\"} 7",
