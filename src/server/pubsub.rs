@@ -8,12 +8,15 @@
 //!
 //! Each subscribed connection has a [`Mailbox`]: an unbounded queue that its connection task
 //! drains into the socket (at most once a millisecond), and a count of the bytes in it. Each
-//! frame is encoded once per round of publishing and shared by all its subscribers. Publishing never waits: a subscriber
-//! whose queue passes `client-output-buffer-limit-pubsub` is disconnected, as Redis does, and
-//! nobody else slows down.
+//! frame is encoded once per round of publishing, only if somebody gets it, and shared by all
+//! its subscribers; subscribers of the same subscription share its list of picks too, so an
+//! event costs the publisher the same for one subscriber or a hundred. Publishing never waits:
+//! a subscriber whose queue passes `client-output-buffer-limit-pubsub` is disconnected, as
+//! Redis does, and nobody else slows down.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -42,20 +45,13 @@ pub struct Message {
     pub frame: Bytes,
 }
 
-impl Message {
-    /// What it takes in the queue and on the wire.
-    pub fn size(&self) -> usize {
-        self.frame.len()
-    }
-}
-
 /// What one round of publishing sent to one subscriber: the round's messages, shared by all
 /// its subscribers (each frame is encoded and counted once), and which of them are this
 /// subscriber's.
 #[derive(Debug)]
 pub struct Delivery {
     pub published: Arc<Vec<Message>>,
-    pub picks: Vec<u32>,
+    pub picks: Arc<Vec<u32>>,
     /// The picked frames' bytes.
     pub size: usize,
 }
@@ -211,37 +207,98 @@ fn describe(event: &Event) -> Option<(&'static str, u64, &Bytes)> {
     })
 }
 
-/// What one round publishes: the messages, and per subscribed client which of them it gets.
-#[derive(Default)]
-struct Outbox {
+/// What one round publishes: the messages, and per subscription (an exact channel, or a
+/// pattern) which of them it matched. Subscribers are looked at once per round, when the
+/// round is sent, so an event costs the same whatever the number of subscribers.
+struct Outbox<'a> {
     messages: Vec<Message>,
-    picks: HashMap<u64, (Arc<Mailbox>, Vec<u32>, usize)>,
+    /// Per subscription matched this round: its subscribers, the messages' indexes, their bytes.
+    groups: Vec<(&'a Subscribers, Vec<u32>, usize)>,
+    /// The group of each pattern (by its place in the round's pattern list), once it matched.
+    pattern_groups: Vec<Option<usize>>,
+    /// The group of each exact channel that matched, by the address of its subscribers' map
+    /// (stable while the round holds the registry's read lock).
+    channel_groups: HashMap<usize, usize>,
 }
 
-impl Outbox {
-    /// A new message; returns its index.
-    fn message(&mut self, channel: &Bytes, pattern: Option<&Bytes>, frame: Bytes) -> u32 {
+impl<'a> Outbox<'a> {
+    fn new(patterns: usize) -> Outbox<'a> {
+        Outbox {
+            messages: Vec::new(),
+            groups: Vec::new(),
+            pattern_groups: vec![None; patterns],
+            channel_groups: HashMap::new(),
+        }
+    }
+
+    /// Adds `frame` (whose channel is `channel` within it) for the subscribers of `group`.
+    fn add(&mut self, group: usize, channel: Bytes, pattern: Option<&Bytes>, frame: Bytes) {
+        let index = self.messages.len() as u32;
+        let size = frame.len();
         self.messages.push(Message {
-            channel: channel.clone(),
+            channel,
             pattern: pattern.cloned(),
             frame,
         });
-        (self.messages.len() - 1) as u32
+        let (_, picks, bytes) = &mut self.groups[group];
+        picks.push(index);
+        *bytes += size;
     }
 
-    fn pick(&mut self, id: u64, mailbox: &Arc<Mailbox>, index: u32) {
-        let size = self.messages[index as usize].size();
-        let entry = self
-            .picks
-            .entry(id)
-            .or_insert_with(|| (mailbox.clone(), Vec::new(), 0));
-        entry.1.push(index);
-        entry.2 += size;
+    fn group(&mut self, slot: &mut Option<usize>, subscribers: &'a Subscribers) -> usize {
+        *slot.get_or_insert_with(|| {
+            self.groups.push((subscribers, Vec::new(), 0));
+            self.groups.len() - 1
+        })
     }
 
+    fn pattern_group(&mut self, at: usize, subscribers: &'a Subscribers) -> usize {
+        let mut slot = self.pattern_groups[at];
+        let group = self.group(&mut slot, subscribers);
+        self.pattern_groups[at] = slot;
+        group
+    }
+
+    fn channel_group(&mut self, subscribers: &'a Subscribers) -> usize {
+        let key = std::ptr::from_ref(subscribers) as usize;
+        let mut slot = self.channel_groups.get(&key).copied();
+        let group = self.group(&mut slot, subscribers);
+        self.channel_groups.insert(key, group);
+        group
+    }
+
+    /// One delivery per subscribed client: a client in one subscription this round shares
+    /// that subscription's list of picks; one in several gets them merged, in publishing order.
     fn send(self, limit: usize) {
+        let mut clients: HashMap<u64, (&Arc<Mailbox>, Vec<usize>)> = HashMap::new();
+        for (group, (subscribers, _, _)) in self.groups.iter().enumerate() {
+            for (&id, mailbox) in subscribers.iter() {
+                clients
+                    .entry(id)
+                    .or_insert((mailbox, Vec::new()))
+                    .1
+                    .push(group);
+            }
+        }
         let published = Arc::new(self.messages);
-        for (mailbox, picks, size) in self.picks.into_values() {
+        let groups: Vec<(Arc<Vec<u32>>, usize)> = self
+            .groups
+            .into_iter()
+            .map(|(_, picks, size)| (Arc::new(picks), size))
+            .collect();
+        for (mailbox, of) in clients.into_values() {
+            let (picks, size) = match &of[..] {
+                [one] => groups[*one].clone(),
+                several => {
+                    let mut merged: Vec<u32> = several
+                        .iter()
+                        .flat_map(|g| groups[*g].0.iter().copied())
+                        .collect();
+                    merged.sort_unstable();
+                    let size = several.iter().map(|g| groups[*g].1).sum();
+                    (Arc::new(merged), size)
+                }
+            };
             mailbox.deliver(
                 Delivery {
                     published: published.clone(),
@@ -254,28 +311,20 @@ impl Outbox {
     }
 }
 
-/// A RESP2 array of bulk strings.
-fn encode_frame(parts: &[&[u8]]) -> Bytes {
+/// A RESP2 array of bulk strings; the range of `parts[at]` in it.
+fn encode_frame(parts: &[&[u8]], at: usize) -> (Bytes, std::ops::Range<usize>) {
     let mut out = BytesMut::with_capacity(16 + parts.iter().map(|p| p.len() + 16).sum::<usize>());
-    out.put_u8(b'*');
-    out.put_slice(parts.len().to_string().as_bytes());
-    out.put_slice(b"\r\n");
-    for part in parts {
-        out.put_u8(b'$');
-        out.put_slice(part.len().to_string().as_bytes());
-        out.put_slice(b"\r\n");
+    let _ = write!(out, "*{}\r\n", parts.len());
+    let mut range = 0..0;
+    for (i, part) in parts.iter().enumerate() {
+        let _ = write!(out, "${}\r\n", part.len());
+        if i == at {
+            range = out.len()..out.len() + part.len();
+        }
         out.put_slice(part);
         out.put_slice(b"\r\n");
     }
-    out.freeze()
-}
-
-fn concat(parts: &[&[u8]]) -> Bytes {
-    let mut out = BytesMut::with_capacity(parts.iter().map(|p| p.len()).sum());
-    for part in parts {
-        out.put_slice(part);
-    }
-    out.freeze()
+    (out.freeze(), range)
 }
 
 impl Registry {
@@ -336,65 +385,70 @@ impl Registry {
         removed
     }
 
-    /// Adds `payload` on `channel`, for every subscriber of the channel and of a pattern
-    /// matching it, to `outbox` (per client). Each frame is encoded once.
-    fn collect(&self, channel: &Bytes, payload: &Bytes, outbox: &mut Outbox) {
-        if let Some(subscribers) = self.channels.read().get(channel) {
-            let index =
-                outbox.message(channel, None, encode_frame(&[b"message", channel, payload]));
-            for (&id, mailbox) in subscribers {
-                outbox.pick(id, mailbox, index);
-            }
+    /// Adds `payload` on `channel`, for the subscribers of the channel and of every pattern
+    /// matching it, to `outbox`. Each frame is encoded once, and only if somebody gets it.
+    fn collect<'a>(
+        channels: &'a HashMap<Bytes, Subscribers>,
+        patterns: &[(&Bytes, &'a Subscribers)],
+        channel: &[u8],
+        payload: &[u8],
+        outbox: &mut Outbox<'a>,
+    ) {
+        if let Some(subscribers) = channels.get(channel) {
+            let group = outbox.channel_group(subscribers);
+            let (frame, at) = encode_frame(&[b"message", channel, payload], 1);
+            outbox.add(group, frame.slice(at), None, frame);
         }
-        for (pattern, subscribers) in self.patterns.read().iter() {
+        for (at, (pattern, subscribers)) in patterns.iter().enumerate() {
             if !flockd_acl::glob_match(pattern, channel) {
                 continue;
             }
-            let index = outbox.message(
-                channel,
-                Some(pattern),
-                encode_frame(&[b"pmessage", pattern, channel, payload]),
-            );
-            for (&id, mailbox) in subscribers {
-                outbox.pick(id, mailbox, index);
-            }
+            let group = outbox.pattern_group(at, subscribers);
+            let (frame, range) = encode_frame(&[b"pmessage", pattern, channel, payload], 2);
+            outbox.add(group, frame.slice(range), Some(pattern), frame);
         }
+    }
+
+    /// Runs `publish` with the subscriptions read once for the whole round, then sends it.
+    fn round(&self, publish: impl FnOnce(&mut dyn FnMut(&[u8], &[u8]))) {
+        let channels = self.channels.read();
+        let patterns = self.patterns.read();
+        let patterns: Vec<(&Bytes, &Subscribers)> = patterns.iter().collect();
+        let mut outbox = Outbox::new(patterns.len());
+        publish(&mut |channel, payload| {
+            Registry::collect(&channels, &patterns, channel, payload, &mut outbox)
+        });
+        outbox.send(self.limit.load(Ordering::Relaxed));
     }
 
     /// Publishes one message that is not a lock event (Sentinel's `+switch-master`).
     pub fn publish_message(&self, channel: &[u8], payload: &[u8]) {
-        let mut outbox = Outbox::default();
-        self.collect(
-            &Bytes::copy_from_slice(channel),
-            &Bytes::copy_from_slice(payload),
-            &mut outbox,
-        );
-        outbox.send(self.limit.load(Ordering::Relaxed));
+        self.round(|publish| publish(channel, payload));
     }
 
     /// Publishes `events` now, in order: one delivery per subscriber.
     pub fn publish_now(&self, events: &[Event]) {
-        let mut outbox = Outbox::default();
-        let mut token_text = String::new();
-        for event in events {
-            let Some((kind, token, name)) = describe(event) else {
-                continue;
-            };
-            token_text.clear();
-            let _ = write!(token_text, "{token}");
-            let token = token_text.as_bytes();
-            self.collect(
-                &concat(&[LOCK_CHANNEL_PREFIX, name]),
-                &concat(&[kind.as_bytes(), b" ", token]),
-                &mut outbox,
-            );
-            self.collect(
-                &concat(&[EVENT_CHANNEL_PREFIX, kind.as_bytes()]),
-                &concat(&[token, b" ", name]),
-                &mut outbox,
-            );
-        }
-        outbox.send(self.limit.load(Ordering::Relaxed));
+        self.round(|publish| {
+            let (mut channel, mut payload) = (Vec::new(), Vec::new());
+            for event in events {
+                let Some((kind, token, name)) = describe(event) else {
+                    continue;
+                };
+                channel.clear();
+                channel.extend_from_slice(LOCK_CHANNEL_PREFIX);
+                channel.extend_from_slice(name);
+                payload.clear();
+                let _ = write!(payload, "{kind} {token}");
+                publish(&channel, &payload);
+                channel.clear();
+                channel.extend_from_slice(EVENT_CHANNEL_PREFIX);
+                channel.extend_from_slice(kind.as_bytes());
+                payload.clear();
+                let _ = write!(payload, "{token} ");
+                payload.extend_from_slice(name);
+                publish(&channel, &payload);
+            }
+        });
     }
 
     /// PUBSUB CHANNELS: the channels with a subscriber, matching `pattern` if given.
@@ -488,6 +542,56 @@ mod tests {
         assert!(ps.unsubscribe(true, b"__flockevent__:*", 2));
         assert!(!ps.wants_events());
         assert!(ps.channels(None).is_empty());
+    }
+
+    #[test]
+    fn a_client_in_several_subscriptions_gets_them_in_publishing_order() {
+        let ps = Registry::default();
+        let registry = ClientRegistry::default();
+        let (a, mut a_rx) = Mailbox::new(client(&registry));
+        let (b, mut b_rx) = Mailbox::new(client(&registry));
+        let (c, mut c_rx) = Mailbox::new(client(&registry));
+        ps.subscribe(false, Bytes::from_static(b"__flock__:y"), 1, &a);
+        ps.subscribe(true, Bytes::from_static(b"__flockevent__:*"), 1, &a);
+        ps.subscribe(true, Bytes::from_static(b"__flock*"), 1, &a);
+        ps.subscribe(true, Bytes::from_static(b"__flockevent__:*"), 2, &b);
+        ps.subscribe(true, Bytes::from_static(b"__flockevent__:*"), 3, &c);
+        ps.publish_now(&[granted(b"x", 1), granted(b"y", 2)]);
+        let delivery = a_rx.try_recv().unwrap();
+        let got: Vec<(Option<&[u8]>, &[u8])> = delivery
+            .messages()
+            .map(|m| (m.pattern.as_deref(), &m.channel[..]))
+            .collect();
+        let star: &[u8] = b"__flock*";
+        let events: &[u8] = b"__flockevent__:*";
+        let channels: Vec<&[u8]> = got.iter().map(|(_, c)| *c).collect();
+        let granted: &[u8] = b"__flockevent__:granted";
+        assert_eq!(
+            channels,
+            [
+                &b"__flock__:x"[..],
+                granted,
+                granted,
+                b"__flock__:y",
+                b"__flock__:y",
+                granted,
+                granted
+            ]
+        );
+        assert_eq!(got[0].0, Some(star));
+        assert_eq!((got[3].0, got[4].0), (None, Some(star)));
+        // The two patterns that match one message come in the same order each time.
+        let mut both = [got[1].0, got[2].0];
+        assert_eq!(both, [got[5].0, got[6].0]);
+        both.sort();
+        assert_eq!(both, [Some(star), Some(events)]);
+        let sizes: usize = delivery.messages().map(|m| m.frame.len()).sum();
+        assert_eq!(delivery.size, sizes);
+        // Subscribers of one subscription share its picks.
+        let (b, c) = (b_rx.try_recv().unwrap(), c_rx.try_recv().unwrap());
+        assert!(Arc::ptr_eq(&b.picks, &c.picks));
+        assert_eq!(b.messages().count(), 2);
+        assert_eq!(b.size, c.size);
     }
 
     #[test]
