@@ -35,4 +35,7 @@ else
 fi
 timeout 180 "$target_dir/$profile/flockd-bench" --smoke --flockd "$target_dir/$profile/flockd" \
   --only none --no-sweep --fsync always --cluster "${etcd_args[@]}" "$@"
+# the one-feature comparisons: subscribers, the metrics port scraped, TLS
+timeout 120 "$target_dir/$profile/flockd-bench" --smoke --flockd "$target_dir/$profile/flockd" \
+  --only none --no-sweep --fsync everysec --subscribers 2 --metrics-cost --tls-cost --rounds 2 "$@"
 echo "bench smoke: ok in $(( $(date +%s) - start )) s"

@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "etcd")]
 use crate::etcd;
+use crate::paired::median;
 use crate::report;
 use crate::resp::{Arg, Conn, Reply};
-use crate::servers::{self, Kind, Target};
-use crate::workloads::{self, Load, RunResult, Workload};
+use crate::servers::{self, Kind, Target, cpu_ms};
+use crate::workloads::{self, RunResult, Workload};
 
 /// The processes of one cluster (flockd or etcd), stopped by pid and their directories removed
 /// when it drops.
@@ -40,6 +41,7 @@ impl ClusterGuard {
         self.dirs.push(dir);
     }
 
+    #[cfg(feature = "etcd")]
     pub fn addrs(&self) -> &[SocketAddr] {
         &self.addrs
     }
@@ -74,24 +76,6 @@ impl ClusterGuard {
         let log = File::create(dir.join("server.log")).map_err(|e| e.to_string())?;
         Ok((dir, log))
     }
-}
-
-/// CPU time (user + system) the processes `pids` have used so far, in milliseconds; from
-/// `/proc/<pid>/stat`, so in clock ticks (10 ms here): runs of seconds make it exact enough.
-fn cpu_ms(pids: &[u32]) -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    pids.iter()
-        .filter_map(|pid| fs::read_to_string(format!("/proc/{pid}/stat")).ok())
-        .filter_map(|stat| {
-            // Fields after the command name (which may hold spaces) start after its `)`.
-            let rest = &stat[stat.rfind(')')? + 2..];
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            let utime: u64 = fields.get(11)?.parse().ok()?;
-            let stime: u64 = fields.get(12)?.parse().ok()?;
-            Some((utime + stime) * 1000 / ticks_per_s)
-        })
-        .sum()
 }
 
 impl Drop for ClusterGuard {
@@ -170,17 +154,6 @@ async fn start_cluster(binary: &Path) -> Result<(ClusterGuard, usize), String> {
     }
 }
 
-fn flockd_target(addr: SocketAddr) -> Target {
-    Target {
-        kind: Kind::Flockd,
-        addr,
-        acquire_sha: Vec::new(),
-        release_sha: Vec::new(),
-        read_acquire_sha: Vec::new(),
-        read_release_sha: Vec::new(),
-    }
-}
-
 /// Where a side's clients connect: a flockd node over RESP, or an etcd member over gRPC.
 #[derive(Clone)]
 enum Endpoint {
@@ -241,7 +214,7 @@ pub async fn cost(
     let single = servers::start(Kind::Flockd, flockd, "always").await?;
     let (cluster, leader) = start_cluster(flockd).await?;
     let follower = (leader + 1) % cluster.addrs.len();
-    let leader_side = Side::flockd(flockd_target(cluster.addrs[leader]), cluster.pids());
+    let leader_side = Side::flockd(Target::flockd(cluster.addrs[leader]), cluster.pids());
     let targets = [
         (
             "single node, appendfsync always",
@@ -250,7 +223,7 @@ pub async fn cost(
         ("3-node cluster, through the leader", leader_side.clone()),
         (
             "3-node cluster, through a follower",
-            Side::flockd(flockd_target(cluster.addrs[follower]), cluster.pids()),
+            Side::flockd(Target::flockd(cluster.addrs[follower]), cluster.pids()),
         ),
     ];
     let mut md = String::new();
@@ -313,7 +286,7 @@ async fn against_etcd(
     ];
     for w in workloads
         .iter()
-        .filter(|w| matches!(w.load, Load::Cycle { .. }))
+        .filter(|w| matches!(w.load, workloads::Load::Cycle { .. }))
     {
         let measured = compare(&sides, w, rounds, duration, seed).await;
         let ratios = [
@@ -372,15 +345,11 @@ async fn compare(
             errors[which] += r.counts.errors;
         }
     }
-    fn median(v: &mut [f64]) -> f64 {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    }
     (0..sides.len())
         .map(|i| Measured {
-            per_s: median(&mut results[i]),
-            cpu_us_per_op: median(&mut cpu_per_op[i]),
-            cores: median(&mut cores[i]),
+            per_s: median(std::mem::take(&mut results[i])),
+            cpu_us_per_op: median(std::mem::take(&mut cpu_per_op[i])),
+            cores: median(std::mem::take(&mut cores[i])),
             errors: errors[i],
         })
         .collect()

@@ -10,10 +10,13 @@
 mod cluster;
 #[cfg(feature = "etcd")]
 mod etcd;
+mod metrics_cost;
+mod paired;
 mod report;
 mod resp;
 mod servers;
 mod subscribers;
+mod tls_cost;
 mod workloads;
 
 use std::fmt::Write as _;
@@ -81,6 +84,14 @@ struct Opts {
     /// rounds alternating on one flockd (0: skip).
     #[arg(long, default_value_t = 0)]
     subscribers: usize,
+    /// Also measure workload 1 on a flockd with `--metrics-port`, scraped every second,
+    /// against one without, rounds alternating.
+    #[arg(long)]
+    metrics_cost: bool,
+    /// Also measure workload 2 over TLS against plain text, on one flockd with a TLS port,
+    /// rounds alternating.
+    #[arg(long)]
+    tls_cost: bool,
     /// Also measure workload 2 on a single node (appendfsync always) against a 3-node
     /// cluster, through its leader and through a follower.
     #[arg(long)]
@@ -126,6 +137,19 @@ fn w1(conns: usize, pipeline: usize) -> Workload {
     }
 }
 
+fn w2(conns: usize) -> Workload {
+    Workload {
+        id: "w2".into(),
+        title: "2. acquire+release, 10k names".into(),
+        conns,
+        load: Load::Cycle {
+            names: 10_000,
+            lease_ms: 5_000,
+            shared: false,
+        },
+    }
+}
+
 fn plan(o: &Opts) -> Result<Plan, String> {
     let smoke = o.quick;
     let policies: Vec<String> = match o.fsync.as_str() {
@@ -141,16 +165,7 @@ fn plan(o: &Opts) -> Result<Plan, String> {
     let mut workloads = vec![
         w1(c50, 1),
         w1(c50, 16),
-        Workload {
-            id: "w2".into(),
-            title: "2. acquire+release, 10k names".into(),
-            conns: c50,
-            load: Load::Cycle {
-                names: 10_000,
-                lease_ms: 5_000,
-                shared: false,
-            },
-        },
+        w2(c50),
         Workload {
             id: "w2s".into(),
             title: "2s. shared acquire+release, 10k names".into(),
@@ -591,20 +606,46 @@ async fn real_main(o: Opts) -> Result<ExitCode, String> {
         md.push('\n');
     }
 
+    if o.metrics_cost {
+        let conns = if plan.smoke { 8 } else { 50 };
+        let _ = writeln!(
+            md,
+            "#### Metrics port (workload 1, {conns} connections, without and with `--metrics-port` scraped every second)\n"
+        );
+        md.push_str("| fsync | median of rounds | no metrics port | a second one, no metrics port | metrics port, scraped | metrics: ratio (median of rounds' ratios) | second one: the same |\n|---|---|--:|--:|--:|--:|--:|\n");
+        for fsync in &plan.policies {
+            let w = w1(conns, 1);
+            md.push_str(
+                &metrics_cost::cost(&flockd, fsync, &w, plan.rounds, plan.duration, &mut seed)
+                    .await?,
+            );
+            check_abort()?;
+        }
+        md.push('\n');
+    }
+
+    if o.tls_cost {
+        let conns = if plan.smoke { 8 } else { 50 };
+        let _ = writeln!(
+            md,
+            "#### TLS (workload 2, {conns} connections, plain text and TLS 1.3 to one flockd)\n"
+        );
+        md.push_str("| fsync | plain text ops/s | TLS ops/s | ratio of medians | median of paired ratios | server CPU µs/op, plain | the same, TLS |\n|---|--:|--:|--:|--:|--:|--:|\n");
+        for fsync in &plan.policies {
+            let w = w2(conns);
+            md.push_str(
+                &tls_cost::cost(&flockd, fsync, &w, plan.rounds, plan.duration, &mut seed).await?,
+            );
+            check_abort()?;
+        }
+        md.push('\n');
+    }
+
     if o.cluster {
         let conns = if plan.smoke { 8 } else { 64 };
         let _ = writeln!(md, "#### Replication ({conns} connections)\n");
         let w = [
-            Workload {
-                id: "w2".into(),
-                title: "2. acquire+release, 10k names".into(),
-                conns,
-                load: Load::Cycle {
-                    names: 10_000,
-                    lease_ms: 5_000,
-                    shared: false,
-                },
-            },
+            w2(conns),
             Workload {
                 id: "r".into(),
                 title: "Reads".into(),

@@ -7,8 +7,14 @@ use std::io;
 use std::net::SocketAddr;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::pki_types::ServerName;
+
+/// A byte stream a connection runs on: plain TCP, or TLS over it.
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Stream for S {}
 
 /// One request argument: raw bytes or an unsigned integer (formatted without allocating).
 #[derive(Clone, Copy)]
@@ -188,15 +194,31 @@ fn parse_at(buf: &[u8], at: usize) -> Result<Option<(Reply, usize)>, ClientError
 
 /// One connection: a socket, a read buffer and a write buffer that requests are queued into.
 pub struct Conn {
-    stream: TcpStream,
+    stream: Box<dyn Stream>,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
 }
 
 impl Conn {
     pub async fn connect(addr: SocketAddr) -> io::Result<Conn> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
+        Conn::connect_maybe_tls(addr, None).await
+    }
+
+    /// Over TLS when `tls` is given (the server's name checked is `localhost`).
+    pub async fn connect_maybe_tls(
+        addr: SocketAddr,
+        tls: Option<&TlsConnector>,
+    ) -> io::Result<Conn> {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let stream: Box<dyn Stream> = match tls {
+            None => Box::new(tcp),
+            Some(connector) => Box::new(
+                connector
+                    .connect(ServerName::try_from("localhost").expect("a DNS name"), tcp)
+                    .await?,
+            ),
+        };
         Ok(Conn {
             stream,
             rbuf: BytesMut::with_capacity(16 * 1024),

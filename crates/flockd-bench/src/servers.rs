@@ -9,6 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use tokio_rustls::TlsConnector;
+
 use crate::resp::{Arg, Conn, Reply};
 
 /// Redisson `RedissonFencedLock.tryLockInnerAsync`, except that it returns the token on a
@@ -103,7 +105,7 @@ impl Kind {
 }
 
 /// What the workload code needs to talk to a running server.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Target {
     pub kind: Kind,
     pub addr: SocketAddr,
@@ -111,6 +113,23 @@ pub struct Target {
     pub release_sha: Vec<u8>,
     pub read_acquire_sha: Vec<u8>,
     pub read_release_sha: Vec<u8>,
+    /// Set when `addr` is a TLS port.
+    pub tls: Option<TlsConnector>,
+}
+
+impl Target {
+    /// A flockd at `addr`, plain text.
+    pub fn flockd(addr: SocketAddr) -> Target {
+        Target {
+            kind: Kind::Flockd,
+            addr,
+            acquire_sha: Vec::new(),
+            release_sha: Vec::new(),
+            read_acquire_sha: Vec::new(),
+            read_release_sha: Vec::new(),
+            tls: None,
+        }
+    }
 }
 
 pub struct ServerGuard {
@@ -198,6 +217,16 @@ fn fresh_dir(kind: Kind) -> std::io::Result<PathBuf> {
 /// Starts one server with the given fsync policy on a free loopback port, waits until it
 /// answers PING, and (Redis) loads the scripts.
 pub async fn start(kind: Kind, binary: &Path, fsync: &str) -> Result<ServerGuard, String> {
+    start_with(kind, binary, fsync, &[]).await
+}
+
+/// [`start`], with `extra` arguments after the usual ones.
+pub async fn start_with(
+    kind: Kind,
+    binary: &Path,
+    fsync: &str,
+    extra: &[String],
+) -> Result<ServerGuard, String> {
     let dir = fresh_dir(kind).map_err(|e| format!("cannot create a data directory: {e}"))?;
     let port = free_port().map_err(|e| format!("cannot pick a free port: {e}"))?;
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -235,18 +264,14 @@ pub async fn start(kind: Kind, binary: &Path, fsync: &str) -> Result<ServerGuard
                 .arg("");
         }
     }
-    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    cmd.args(extra).stdin(Stdio::null()).stdout(out).stderr(err);
     let child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
     let mut guard = ServerGuard {
         target: Target {
             kind,
-            addr,
-            acquire_sha: Vec::new(),
-            release_sha: Vec::new(),
-            read_acquire_sha: Vec::new(),
-            read_release_sha: Vec::new(),
+            ..Target::flockd(addr)
         },
         child: Some(child),
         dir,
@@ -326,4 +351,22 @@ pub fn version_of(binary: &Path) -> String {
                 .to_string()
         })
         .unwrap_or_default()
+}
+
+/// CPU time (user + system) the processes `pids` have used so far, in milliseconds; from
+/// `/proc/<pid>/stat`, so in clock ticks (10 ms here): runs of seconds make it exact enough.
+pub fn cpu_ms(pids: &[u32]) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    pids.iter()
+        .filter_map(|pid| fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter_map(|stat| {
+            // Fields after the command name (which may hold spaces) start after its `)`.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: u64 = fields.get(11)?.parse().ok()?;
+            let stime: u64 = fields.get(12)?.parse().ok()?;
+            Some((utime + stime) * 1000 / ticks_per_s)
+        })
+        .sum()
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::paired::median;
 use crate::report;
 use crate::servers::{self, Kind};
 use crate::workloads::{self, Workload};
@@ -114,11 +115,7 @@ pub async fn cost(
         }
     }
     drop(guard);
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (a, b) = (median(&mut without), median(&mut with));
+    let (a, b) = (median(without), median(with));
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -126,7 +123,7 @@ pub async fn cost(
         report::fmt_int(a),
         report::fmt_int(b),
         b / a,
-        median(&mut received) / 1e6
+        median(received) / 1e6
     );
     Ok(md)
 }

@@ -508,7 +508,7 @@ pub async fn run(target: &Target, w: &Workload, duration: Duration, seed: u64) -
         hist: new_hist(),
     };
     for i in 0..w.conns {
-        match Conn::connect(target.addr).await {
+        match Conn::connect_maybe_tls(target.addr, target.tls.as_ref()).await {
             Ok(conn) => {
                 let holder = format!("{uuid}:{}", i + 1);
                 clients.push(Client {
