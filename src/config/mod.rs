@@ -1201,6 +1201,46 @@ mod tests {
     }
 
     #[test]
+    fn cluster_tls_and_sentinel_values_are_checked() {
+        let in_cluster = |extra: &[&str]| {
+            let mut args = vec!["--node-id", "1", "--cluster-peers", "1=127.0.0.1:7000"];
+            args.extend_from_slice(extra);
+            settings(&args).validate().map(|c| c.cluster.map(|c| c.tls))
+        };
+        assert_eq!(in_cluster(&[]).unwrap(), Some(false));
+        let err = in_cluster(&["--tls-cluster", "maybe"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("'tls-cluster'") && err.contains("yes or no"),
+            "{err}"
+        );
+        let err = in_cluster(&["--tls-cluster", "yes"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("tls-cert-file, tls-key-file and tls-ca-cert-file"),
+            "{err}"
+        );
+        let long = "m".repeat(257);
+        for bad in ["", "two words", "tab\there", long.as_str()] {
+            let err = settings(&["--sentinel-master-name", bad])
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("'sentinel-master-name'") && err.contains("1 to 256 printable"),
+                "{bad:?}: {err}"
+            );
+        }
+        let name = settings(&["--sentinel-master-name", "locks-eu"])
+            .validate()
+            .unwrap()
+            .sentinel_master_name;
+        assert_eq!(name, "locks-eu");
+    }
+
+    #[test]
     fn unknown_and_mistyped_file_keys_are_refused() {
         let err = toml::from_str::<Settings>("prot = 1")
             .unwrap_err()

@@ -434,25 +434,7 @@ fn test_sync_delay() -> Result<Arc<std::sync::atomic::AtomicU64>, ServerError> {
         return Ok(delay);
     };
     let path = std::path::PathBuf::from(path);
-    let read = move || -> Result<u64, ServerError> {
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-            Err(e) => {
-                return Err(ServerError::TestSyncDelay(format!(
-                    "{}: {e}",
-                    path.display()
-                )));
-            }
-        };
-        match text.trim().parse::<u64>() {
-            Ok(ms) if ms <= TEST_SYNC_DELAY_MAX_MS => Ok(ms),
-            _ => Err(ServerError::TestSyncDelay(format!(
-                "{}: {text:?}",
-                path.display()
-            ))),
-        }
-    };
+    let read = move || read_test_sync_delay(&path);
     delay.store(read()?, std::sync::atomic::Ordering::Relaxed);
     tracing::warn!(
         "{TEST_SYNC_DELAY_VAR} is set: Raft log syncs wait as long as that file says (a test setting)"
@@ -469,6 +451,28 @@ fn test_sync_delay() -> Result<Arc<std::sync::atomic::AtomicU64>, ServerError> {
         }
     });
     Ok(delay)
+}
+
+/// The milliseconds in the test sync-delay file: 0 without the file, an error for anything but
+/// a number up to [`TEST_SYNC_DELAY_MAX_MS`].
+fn read_test_sync_delay(path: &std::path::Path) -> Result<u64, ServerError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => {
+            return Err(ServerError::TestSyncDelay(format!(
+                "{}: {e}",
+                path.display()
+            )));
+        }
+    };
+    match text.trim().parse::<u64>() {
+        Ok(ms) if ms <= TEST_SYNC_DELAY_MAX_MS => Ok(ms),
+        _ => Err(ServerError::TestSyncDelay(format!(
+            "{}: {text:?}",
+            path.display()
+        ))),
+    }
 }
 
 /// A cluster node: the state from the last snapshot in `dir/raft`, the Raft log after it, the
@@ -723,4 +727,33 @@ async fn watch_signals(shutdown: CancellationToken) {
         _ = shutdown.cancelled() => return,
     }
     shutdown.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_test_sync_delay_file_holds_milliseconds_or_is_refused() {
+        let dir = std::env::temp_dir().join(format!("flockd-sync-delay-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("delay");
+        assert_eq!(read_test_sync_delay(&file).unwrap(), 0, "no file: no delay");
+        std::fs::write(&file, "40\n").unwrap();
+        assert_eq!(read_test_sync_delay(&file).unwrap(), 40);
+        for bad in ["", "fast", "-1", "1001", "4 0"] {
+            std::fs::write(&file, bad).unwrap();
+            let err = read_test_sync_delay(&file).unwrap_err().to_string();
+            assert!(
+                err.contains(TEST_SYNC_DELAY_VAR) && err.contains("0 to 1000"),
+                "{bad:?}: {err}"
+            );
+        }
+        let err = read_test_sync_delay(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains(&dir.display().to_string()),
+            "a directory: {err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
