@@ -62,13 +62,25 @@ pub async fn cost(
 ) -> Result<String, String> {
     let guard = servers::start(Kind::Flockd, flockd, fsync).await?;
     let target = &guard.target;
+    let pids = [guard.pid().unwrap_or_default(), std::process::id()];
+    // Per side (without, with): the server's and this process's CPU µs per op, per round.
+    let mut cpu: [[Vec<f64>; 2]; 2] = Default::default();
+    let mut account = |side: usize, before: [u64; 2], ops: u64| {
+        for (who, pid) in pids.iter().enumerate() {
+            let used = servers::cpu_ms(&[*pid]).saturating_sub(before[who]);
+            cpu[side][who].push(used as f64 * 1000.0 / ops.max(1) as f64);
+        }
+    };
+    let now = || pids.map(|pid| servers::cpu_ms(&[pid]));
     let (mut without, mut with) = (Vec::new(), Vec::new());
     let mut received = Vec::new();
     for round in 0..rounds {
         for subscribed in [round % 2 == 1, round % 2 == 0] {
             *seed += 1;
             if !subscribed {
+                let before = now();
                 let r = workloads::run(target, w, duration, *seed).await;
+                account(0, before, r.counts.ops);
                 eprintln!(
                     "  [{fsync}] {} round {}/{rounds} no subscribers  {:>10} ops/s",
                     w.title,
@@ -94,7 +106,9 @@ pub async fn cost(
                     .map_err(|_| "a subscriber could not subscribe".to_string())?;
                 handles.push(task);
             }
+            let before = now();
             let r = workloads::run(target, w, duration, *seed).await;
+            account(1, before, r.counts.ops);
             stop.store(true, Ordering::Relaxed);
             let mut bytes = 0;
             for h in handles {
@@ -116,10 +130,11 @@ pub async fn cost(
     }
     drop(guard);
     let (a, b) = (median(without), median(with));
+    let [[server_a, bench_a], [server_b, bench_b]] = cpu.map(|side| side.map(median));
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "| {fsync} | {} | {} | **{:.2}x** | {:.0} MB |",
+        "| {fsync} | {} | {} | **{:.2}x** | {:.0} MB | {server_a:.1} / {server_b:.1} | {bench_a:.1} / {bench_b:.1} |",
         report::fmt_int(a),
         report::fmt_int(b),
         b / a,
