@@ -52,12 +52,6 @@ async fn scraper(addr: SocketAddr, stop: Arc<AtomicBool>, scrapes: Arc<AtomicU64
     String::new()
 }
 
-fn pid(guard: &servers::ServerGuard) -> Result<u32, String> {
-    guard
-        .pid()
-        .ok_or_else(|| "a flockd is not running".to_string())
-}
-
 /// The markdown rows for `fsync`.
 pub async fn cost(
     flockd: &Path,
@@ -88,9 +82,13 @@ pub async fn cost(
         fsync,
         w,
         &[
-            (&plain.target, "no metrics port", pid(&plain)?),
-            (&control.target, "no metrics port (2)", pid(&control)?),
-            (&metered.target, "metrics, scraped", pid(&metered)?),
+            (&plain.target, "no metrics port", plain.running_pid()?),
+            (
+                &control.target,
+                "no metrics port (2)",
+                control.running_pid()?,
+            ),
+            (&metered.target, "metrics, scraped", metered.running_pid()?),
         ],
         rounds,
         duration,

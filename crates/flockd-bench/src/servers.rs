@@ -145,6 +145,12 @@ impl ServerGuard {
         self.child.as_ref().map(Child::id)
     }
 
+    /// The pid, or an error naming the server that is not running.
+    pub fn running_pid(&self) -> Result<u32, String> {
+        self.pid()
+            .ok_or_else(|| format!("the {} server is not running", self.target.kind.label()))
+    }
+
     fn stop(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;

@@ -90,9 +90,7 @@ pub async fn cost(
     )
     .await?;
     let plain = guard.target.clone();
-    let pid = guard
-        .pid()
-        .ok_or_else(|| "flockd is not running".to_string())?;
+    let pid = guard.running_pid()?;
     let tls = Target {
         addr: SocketAddr::from(([127, 0, 0, 1], tls_port)),
         tls: Some(connector),
