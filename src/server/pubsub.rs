@@ -245,24 +245,26 @@ impl<'a> Outbox<'a> {
         *bytes += size;
     }
 
-    fn group(&mut self, slot: &mut Option<usize>, subscribers: &'a Subscribers) -> usize {
-        *slot.get_or_insert_with(|| {
-            self.groups.push((subscribers, Vec::new(), 0));
-            self.groups.len() - 1
-        })
+    fn new_group(&mut self, subscribers: &'a Subscribers) -> usize {
+        self.groups.push((subscribers, Vec::new(), 0));
+        self.groups.len() - 1
     }
 
     fn pattern_group(&mut self, at: usize, subscribers: &'a Subscribers) -> usize {
-        let mut slot = self.pattern_groups[at];
-        let group = self.group(&mut slot, subscribers);
-        self.pattern_groups[at] = slot;
+        if let Some(group) = self.pattern_groups[at] {
+            return group;
+        }
+        let group = self.new_group(subscribers);
+        self.pattern_groups[at] = Some(group);
         group
     }
 
     fn channel_group(&mut self, subscribers: &'a Subscribers) -> usize {
         let key = std::ptr::from_ref(subscribers) as usize;
-        let mut slot = self.channel_groups.get(&key).copied();
-        let group = self.group(&mut slot, subscribers);
+        if let Some(&group) = self.channel_groups.get(&key) {
+            return group;
+        }
+        let group = self.new_group(subscribers);
         self.channel_groups.insert(key, group);
         group
     }
