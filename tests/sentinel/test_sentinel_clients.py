@@ -163,7 +163,7 @@ def test_ioredis_sentinels_follow_a_killed_leader(cluster):
     assert proc.returncode == 0, (out, err)
     result = json.loads(out.strip().splitlines()[-1])
     new = cluster.leader()
-    assert result["errors"] == [], result
+    assert result["errors"] == [], (result, err[-4000:])
     assert result["cycles"] == CYCLES
     assert result["increasing"]
     assert result["master"] == ["127.0.0.1", cluster.ports[new]]
