@@ -361,6 +361,33 @@ pub fn version_of(binary: &Path) -> String {
 
 /// CPU time (user + system) the processes `pids` have used so far, in milliseconds; from
 /// `/proc/<pid>/stat`, so in clock ticks (10 ms here): runs of seconds make it exact enough.
+/// The whole machine's busy CPU time so far in ms, over all cores, from `/proc/stat`: what
+/// [`cpu_ms`] leaves out, softirq work (on loopback, much of TCP's) and other processes.
+pub fn machine_busy_ms() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let Ok(stat) = fs::read_to_string("/proc/stat") else {
+        return 0;
+    };
+    let Some(cpu) = stat.lines().next() else {
+        return 0;
+    };
+    // user nice system idle iowait irq softirq steal: all but idle and iowait are busy.
+    let ticks: Vec<u64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let busy: u64 = ticks
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    busy * 1000 / ticks_per_s
+}
+
 pub fn cpu_ms(pids: &[u32]) -> u64 {
     // SAFETY: sysconf has no preconditions.
     let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;

@@ -1,12 +1,17 @@
 //! What subscribers cost the command path: workload 1 on one flockd, rounds alternating
 //! between no subscribers and `n` connections on `PSUBSCRIBE __flockevent__:*` that read every
 //! event as it comes; the report gives both medians and their ratio.
+//!
+//! Each round first runs the same side for one lease without measuring it. A grant expires a
+//! lease after it was made, so without that a round would carry the expiries (the work, and
+//! with subscribers the `expired` events) of the other side's round before it: the side with
+//! subscribers, the slower one, would pay for the faster side's grants, and the other way round.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -17,13 +22,14 @@ use crate::report;
 use crate::servers::{self, Kind};
 use crate::workloads::{self, Workload};
 
-/// One subscriber: subscribes, says so on `ready`, then reads until `stop`; returns the bytes
-/// it received.
+/// One subscriber: subscribes, says so on `ready`, then reads until `stop`, adding the bytes
+/// it receives to `received`.
 async fn subscriber(
     addr: SocketAddr,
     ready: tokio::sync::oneshot::Sender<()>,
     stop: Arc<AtomicBool>,
-) -> std::io::Result<u64> {
+    received: Arc<AtomicU64>,
+) -> std::io::Result<()> {
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
     stream.write_all(b"PSUBSCRIBE __flockevent__:*\r\n").await?;
@@ -38,16 +44,36 @@ async fn subscriber(
         got.extend_from_slice(&buf[..n]);
     }
     let _ = ready.send(());
-    let mut total = 0u64;
     while !stop.load(Ordering::Relaxed) {
         match tokio::time::timeout(Duration::from_millis(50), stream.read(&mut buf)).await {
             Ok(Ok(0)) => return Err(std::io::Error::other("disconnected")),
-            Ok(Ok(n)) => total += n as u64,
+            Ok(Ok(n)) => {
+                received.fetch_add(n as u64, Ordering::Relaxed);
+            }
             Ok(Err(e)) => return Err(e),
             Err(_) => {}
         }
     }
-    Ok(total)
+    Ok(())
+}
+
+/// How long a round runs unmeasured first: one lease, so that what expires while it is
+/// measured was granted on the same side. A lease longer than that never expires in the run.
+fn settling(w: &Workload) -> Duration {
+    match w.load {
+        workloads::Load::Acquire { lease_ms, .. } if lease_ms <= 10_000 => {
+            Duration::from_millis(lease_ms + 250)
+        }
+        _ => Duration::ZERO,
+    }
+}
+
+/// Runs `w` for `settling` unmeasured (nothing, for zero).
+async fn settle(target: &servers::Target, w: &Workload, settling: Duration, seed: &mut u64) {
+    if !settling.is_zero() {
+        *seed += 1;
+        workloads::run(target, w, settling, *seed).await;
+    }
 }
 
 /// The markdown section: rounds alternate which goes first, medians of rounds.
@@ -63,21 +89,30 @@ pub async fn cost(
     let guard = servers::start(Kind::Flockd, flockd, fsync).await?;
     let target = &guard.target;
     let pids = [guard.pid().unwrap_or_default(), std::process::id()];
-    // Per side (without, with): the server's and this process's CPU µs per op, per round.
-    let mut cpu: [[Vec<f64>; 2]; 2] = Default::default();
-    let mut account = |side: usize, before: [u64; 2], ops: u64| {
-        for (who, pid) in pids.iter().enumerate() {
-            let used = servers::cpu_ms(&[*pid]).saturating_sub(before[who]);
+    // Per side (without, with): the server's, this process's and the whole machine's CPU µs
+    // per op, per round. The machine's holds the softirq work (much of loopback TCP's), which
+    // neither process is charged for.
+    let now = || {
+        [
+            servers::cpu_ms(&[pids[0]]),
+            servers::cpu_ms(&[pids[1]]),
+            servers::machine_busy_ms(),
+        ]
+    };
+    let mut cpu: [[Vec<f64>; 3]; 2] = Default::default();
+    let mut account = |side: usize, before: [u64; 3], ops: u64| {
+        for (who, used) in now().into_iter().enumerate() {
+            let used = used.saturating_sub(before[who]);
             cpu[side][who].push(used as f64 * 1000.0 / ops.max(1) as f64);
         }
     };
-    let now = || pids.map(|pid| servers::cpu_ms(&[pid]));
     let (mut without, mut with) = (Vec::new(), Vec::new());
     let mut received = Vec::new();
     for round in 0..rounds {
         for subscribed in [round % 2 == 1, round % 2 == 0] {
             *seed += 1;
             if !subscribed {
+                settle(target, w, settling(w), seed).await;
                 let before = now();
                 let r = workloads::run(target, w, duration, *seed).await;
                 account(0, before, r.counts.ops);
@@ -91,13 +126,12 @@ pub async fn cost(
                 continue;
             }
             let stop = Arc::new(AtomicBool::new(false));
+            let read = Arc::new(AtomicU64::new(0));
             let mut tasks = Vec::with_capacity(n);
             for _ in 0..n {
                 let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-                tasks.push((
-                    tokio::spawn(subscriber(target.addr, ready_tx, stop.clone())),
-                    ready_rx,
-                ));
+                let task = subscriber(target.addr, ready_tx, stop.clone(), read.clone());
+                tasks.push((tokio::spawn(task), ready_rx));
             }
             let mut handles = Vec::with_capacity(n);
             for (task, ready) in tasks {
@@ -106,14 +140,14 @@ pub async fn cost(
                     .map_err(|_| "a subscriber could not subscribe".to_string())?;
                 handles.push(task);
             }
-            let before = now();
+            settle(target, w, settling(w), seed).await;
+            let (before, read_before) = (now(), read.load(Ordering::Relaxed));
             let r = workloads::run(target, w, duration, *seed).await;
             account(1, before, r.counts.ops);
+            let bytes = read.load(Ordering::Relaxed) - read_before;
             stop.store(true, Ordering::Relaxed);
-            let mut bytes = 0;
             for h in handles {
-                bytes += h
-                    .await
+                h.await
                     .map_err(|e| format!("subscriber task: {e}"))?
                     .map_err(|e| format!("subscriber: {e}"))?;
             }
@@ -130,11 +164,14 @@ pub async fn cost(
     }
     drop(guard);
     let (a, b) = (median(without), median(with));
-    let [[server_a, bench_a], [server_b, bench_b]] = cpu.map(|side| side.map(median));
+    let [
+        [server_a, bench_a, machine_a],
+        [server_b, bench_b, machine_b],
+    ] = cpu.map(|side| side.map(median));
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "| {fsync} | {} | {} | **{:.2}x** | {:.0} MB | {server_a:.1} / {server_b:.1} | {bench_a:.1} / {bench_b:.1} |",
+        "| {fsync} | {} | {} | **{:.2}x** | {:.0} MB | {server_a:.1} / {server_b:.1} | {bench_a:.1} / {bench_b:.1} | {machine_a:.1} / {machine_b:.1} |",
         report::fmt_int(a),
         report::fmt_int(b),
         b / a,
