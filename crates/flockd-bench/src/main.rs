@@ -583,7 +583,7 @@ async fn real_main(o: Opts) -> Result<ExitCode, String> {
             "#### Subscribers (workload 1, {conns} connections, lease {} ms, without and with {} subscribers on `__flockevent__:*`)\n",
             o.subscriber_lease_ms, o.subscribers
         );
-        md.push_str("| fsync | no subscribers ops/s | with subscribers ops/s | ratio | events read per round | server CPU µs/op, without / with | bench (clients and subscribers) CPU µs/op, without / with | whole machine (softirq too) CPU µs/op, without / with |\n|---|--:|--:|--:|--:|--:|--:|--:|\n");
+        md.push_str("| fsync | no subscribers ops/s | with subscribers ops/s | ratio of medians | median of paired ratios | events read per round | server CPU µs/op, without / with | bench (clients and subscribers) CPU µs/op, without / with | whole machine (softirq too) CPU µs/op, without / with |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
         for fsync in &plan.policies {
             let mut w = w1(conns, 1);
             if let Load::Acquire { lease_ms, .. } = &mut w.load {
