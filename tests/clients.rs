@@ -461,9 +461,7 @@ fn json_log_format() {
 #[test]
 fn environment_variables_are_honoured_and_flags_beat_them() {
     // FLOCKD_PORT alone picks the port (find a free one first).
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = free.local_addr().unwrap().port();
-    drop(free);
+    let port = common::cluster::free_ports(1)[0];
     let dir = TempDir::new("env");
     let args = vec![
         "--bind".to_string(),

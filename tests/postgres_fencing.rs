@@ -120,11 +120,7 @@ fn start_postgres() -> Option<Postgres> {
         out.stdout,
         out.stderr
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::cluster::free_ports(1)[0];
     let child = as_postgres(&postgres)
         .arg("-D")
         .arg(&data)

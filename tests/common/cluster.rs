@@ -10,14 +10,47 @@ use super::load::Client;
 use super::{Server, TempDir};
 
 /// Ports for every node (client and cluster), bound once to be free, then released.
+///
+/// They are taken below the kernel's ephemeral range, not from it (as a bind to port 0
+/// would): a node starts after its peers, and meanwhile their outgoing connections take local
+/// ports from that range, which once took a port kept for a node ("Address already in use").
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind"))
-        .collect();
+    let below = ephemeral_range_start().max(2048);
+    let lowest = 1024u32;
+    let span = below as u32 - lowest;
+    // Where to start looking differs per process and call, so parallel tests rarely meet.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut state = (u64::from(std::process::id()) << 32) ^ now;
+    let mut listeners: Vec<TcpListener> = Vec::with_capacity(n);
+    for _ in 0..span.min(100_000) {
+        if listeners.len() == n {
+            break;
+        }
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let port = (lowest + ((state >> 33) as u32 % span)) as u16;
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(listener);
+        }
+    }
+    assert_eq!(listeners.len(), n, "no {n} free ports under {below}");
     listeners
         .iter()
         .map(|l| l.local_addr().expect("addr").port())
         .collect()
+}
+
+/// The first port the kernel hands to outgoing connections (Linux's default, 32768, if it
+/// cannot be read).
+fn ephemeral_range_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
 }
 
 pub struct Cluster {
