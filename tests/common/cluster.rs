@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-use super::load::Client;
+use super::load::{Client, Rng};
 use super::{Server, TempDir};
 
 /// Ports for every node (client and cluster), bound once to be free, then released.
@@ -18,21 +18,17 @@ pub fn free_ports(n: usize) -> Vec<u16> {
     let below = ephemeral_range_start().max(2048);
     let lowest = 1024u32;
     let span = below as u32 - lowest;
-    // Where to start looking differs per process and call, so parallel tests rarely meet.
+    // Where to look differs per process and call, so parallel tests rarely meet.
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let mut state = (u64::from(std::process::id()) << 32) ^ now;
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut rng = Rng((u64::from(std::process::id()) << 32) ^ now);
     let mut listeners: Vec<TcpListener> = Vec::with_capacity(n);
     for _ in 0..span.min(100_000) {
         if listeners.len() == n {
             break;
         }
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let port = (lowest + ((state >> 33) as u32 % span)) as u16;
+        let port = (lowest + rng.below(u64::from(span)) as u32) as u16;
         if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
             listeners.push(listener);
         }

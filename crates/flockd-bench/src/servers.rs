@@ -359,13 +359,16 @@ pub fn version_of(binary: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// CPU time (user + system) the processes `pids` have used so far, in milliseconds; from
-/// `/proc/<pid>/stat`, so in clock ticks (10 ms here): runs of seconds make it exact enough.
-/// The whole machine's busy CPU time so far in ms, over all cores, from `/proc/stat`: what
-/// [`cpu_ms`] leaves out, softirq work (on loopback, much of TCP's) and other processes.
-pub fn machine_busy_ms() -> u64 {
+/// Clock ticks per second, the unit of `/proc`'s CPU times.
+fn ticks_per_s() -> u64 {
     // SAFETY: sysconf has no preconditions.
-    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
+}
+
+/// The whole machine's busy CPU time so far in ms, over all cores, from `/proc/stat`: with
+/// other processes' time, and softirq work (on loopback, much of TCP's) whether or not the
+/// kernel charged it to the process it ran in.
+pub fn machine_busy_ms() -> u64 {
     let Ok(stat) = fs::read_to_string("/proc/stat") else {
         return 0;
     };
@@ -385,12 +388,13 @@ pub fn machine_busy_ms() -> u64 {
         .filter(|(i, _)| *i != 3 && *i != 4)
         .map(|(_, t)| t)
         .sum();
-    busy * 1000 / ticks_per_s
+    busy * 1000 / ticks_per_s()
 }
 
+/// CPU time (user + system) the processes `pids` have used so far, in milliseconds; from
+/// `/proc/<pid>/stat`, so in clock ticks (10 ms here): runs of seconds make it exact enough.
 pub fn cpu_ms(pids: &[u32]) -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let ticks_per_s = ticks_per_s();
     pids.iter()
         .filter_map(|pid| fs::read_to_string(format!("/proc/{pid}/stat")).ok())
         .filter_map(|stat| {

@@ -93,8 +93,8 @@ pub async fn cost(
     let target = &guard.target;
     let pids = [guard.pid().unwrap_or_default(), std::process::id()];
     // Per side (without, with): the server's, this process's and the whole machine's CPU µs
-    // per op, per round. The machine's holds the softirq work (much of loopback TCP's), which
-    // neither process is charged for.
+    // per op, per round. The machine's also holds softirq work (much of loopback TCP's) if the
+    // kernel charged it to neither process.
     let now = || {
         [
             servers::cpu_ms(&[pids[0]]),
