@@ -4,6 +4,22 @@ use std::path::Path;
 use std::process::ExitCode;
 
 pub fn run(file: &Path, fix: bool) -> ExitCode {
+    // A fix rewrites the file: not while a server has it open and appends to it.
+    let _dir_lock = if fix {
+        let dir = match file.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        match crate::data_dir::lock_if_used(dir) {
+            Ok(held) => held,
+            Err(e) => {
+                eprintln!("flockd check-aof: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     let result = if fix {
         flockd_aof::fix(file)
     } else {

@@ -4,6 +4,7 @@
 mod check_aof;
 mod commands;
 mod config;
+mod data_dir;
 mod healthcheck;
 mod logging;
 mod server;
@@ -48,8 +49,8 @@ fn main() -> ExitCode {
     match runtime.block_on(server::run(config, cli.bump_tokens)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // Logging writes to stderr: one line says it (JSON too, with `log-format json`).
             tracing::error!("{e}");
-            eprintln!("flockd: {e}");
             ExitCode::FAILURE
         }
     }

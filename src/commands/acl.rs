@@ -266,7 +266,8 @@ impl LocalCommand for AclCmd {
                 let path = config.aclfile.clone().ok_or(CommandError::NoAclFile)?;
                 let users = tokio::task::block_in_place(|| {
                     acl::read_file(&path, config.requirepass.as_deref())
-                })?;
+                })
+                .map_err(CommandError::AclLoad)?;
                 state.change(|a| *a = users);
                 tracing::info!(file = %path.display(), "ACL LOAD");
                 reply(Reply::ok())

@@ -62,6 +62,10 @@ pub enum CommandError {
     #[error("ERR {0}")]
     Acl(#[from] flockd_acl::AclError),
     #[error(
+        "ERR {0}. WARNING: ACL errors detected, no change to the previously active ACL rules was performed"
+    )]
+    AclLoad(flockd_acl::AclError),
+    #[error(
         "ERR This flockd is not configured to use an ACL file. You may want to specify users via the ACL SETUSER command and then issue a CONFIG REWRITE (assuming you have a config file set) in order to store users in the config file."
     )]
     NoAclFile,

@@ -294,9 +294,8 @@ pub fn read_file(
     path: &std::path::Path,
     requirepass: Option<&str>,
 ) -> Result<Acl, flockd_acl::AclError> {
-    let text = std::fs::read_to_string(path).map_err(|e| flockd_acl::AclError::File {
+    let text = std::fs::read_to_string(path).map_err(|e| flockd_acl::AclError::Read {
         path: path.display().to_string(),
-        line: 0,
         reason: e.to_string(),
     })?;
     Acl::parse_file(&text, path, requirepass, &known)

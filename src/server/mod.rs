@@ -85,11 +85,8 @@ pub struct Shared {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("cannot create data directory {path}: {source}")]
-    DataDir {
-        path: std::path::PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    DataDir(#[from] crate::data_dir::DirLockError),
     #[error(transparent)]
     Aof(#[from] flockd_aof::AofError),
     #[error("cannot apply {what} at start: {source}")]
@@ -118,6 +115,17 @@ pub enum ServerError {
 
 pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerError> {
     let shutdown = CancellationToken::new();
+    // Whatever can refuse the start is asked first (the TLS and ACL files, the ports), so a
+    // refused start has created nothing: no data directory, no file in it.
+    let tls = match config.tls_settings() {
+        Some(settings) => Some(Arc::new(flockd_tls::Acceptor::new(&settings)?)),
+        None => None,
+    };
+    let cluster_tls = match config.cluster_tls_settings() {
+        Some(settings) if config.cluster.is_some() => Some(flockd_tls::cluster_tls(&settings)?),
+        _ => None,
+    };
+    let users = acl::load_users(&config)?;
     // Up before the AOF loads, so /readyz can answer 503 while it does.
     let metrics = Arc::new(metrics::DaemonMetrics::default());
     if let Some(port) = config.metrics_port {
@@ -127,27 +135,6 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
             .map_err(|source| ServerError::Bind { addr, source })?;
         info!("metrics on http://{local}/metrics");
     }
-    std::fs::create_dir_all(&config.dir).map_err(|source| ServerError::DataDir {
-        path: config.dir.clone(),
-        source,
-    })?;
-    let Started {
-        host,
-        log,
-        aof,
-        clock,
-        cluster,
-        replayed,
-    } = match &config.cluster {
-        Some(cluster) => start_cluster(&config, cluster).await?,
-        None => start_local(&config, bump_tokens).await?,
-    };
-
-    // The files are read before anything listens: a bad one stops the start, named.
-    let tls = match config.tls_settings() {
-        Some(settings) => Some(Arc::new(flockd_tls::Acceptor::new(&settings)?)),
-        None => None,
-    };
     let listen = |port: u16| async move {
         let addr = SocketAddr::new(config.bind, port);
         let listener = TcpListener::bind(addr)
@@ -158,6 +145,8 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
             .map_err(|source| ServerError::Bind { addr, source })?;
         Ok::<_, ServerError>((listener, local))
     };
+    // Bound (not yet accepting) before the state loads: a client that connects meanwhile waits
+    // in the backlog and is served once the server is ready.
     let plain = match config.tls_only {
         true => None,
         false => Some(listen(config.port).await?),
@@ -177,7 +166,19 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         (None, Some(addr)) => addr,
         (None, None) => unreachable!("tls-only is refused without tls-port"),
     };
-    let users = acl::load_users(&config)?;
+    // Before anything in `dir` is read: held until the process ends.
+    let _dir_lock = crate::data_dir::lock(&config.dir)?;
+    let Started {
+        host,
+        log,
+        aof,
+        clock,
+        cluster,
+        replayed,
+    } = match &config.cluster {
+        Some(cluster) => start_cluster(&config, cluster, cluster_tls).await?,
+        None => start_local(&config, bump_tokens).await?,
+    };
     let shared = Arc::new(Shared {
         acl: acl::AclState::new(users),
         config: reconfigure::LiveConfig::new(config),
@@ -481,6 +482,7 @@ fn read_test_sync_delay(path: &std::path::Path) -> Result<u64, ServerError> {
 async fn start_cluster(
     config: &Config,
     cluster: &crate::config::ClusterConfig,
+    tls: Option<flockd_tls::ClusterTls>,
 ) -> Result<Started, ServerError> {
     let clock = Arc::new(Clock::continuing_from(flockd_core::Millis(0)));
     let host = new_host(config, StateMachine::new());
@@ -503,11 +505,9 @@ async fn start_cluster(
         log_kept_after_snapshot: 1000,
         sync_delay_ms: test_sync_delay()?,
     };
-    let node = match config.cluster_tls_settings() {
-        Some(tls) => {
-            let transport = flockd_raft::transport::Tls {
-                config: flockd_tls::cluster_tls(&tls)?,
-            };
+    let node = match tls {
+        Some(config) => {
+            let transport = flockd_raft::transport::Tls { config };
             flockd_raft::Cluster::start_on(
                 settings,
                 host.clone(),

@@ -29,14 +29,16 @@ pub enum AclError {
     DeleteDefault,
     #[error("Usernames can't contain spaces or null characters")]
     BadName,
-    #[error(
-        "{path}:{line}: {reason}. WARNING: ACL errors detected, no change to the previously active ACL rules was performed"
-    )]
+    /// A line of an aclfile that cannot be applied. (ACL LOAD adds Redis's warning that the
+    /// rules in force stay; at the start there are none to keep.)
+    #[error("{path}:{line}: {reason}")]
     File {
         path: String,
         line: usize,
         reason: String,
     },
+    #[error("cannot read aclfile {path}: {reason}")]
+    Read { path: String, reason: String },
 }
 
 impl Acl {
