@@ -113,11 +113,12 @@ pub const CATEGORIES: &[&str] = &[
     "transaction",
 ];
 
-/// Subcommands that are not admin although their command is (ACL WHOAMI and ACL CAT), and
-/// subcommands that are although theirs is not (CLIENT KILL).
+/// Subcommands that are not admin although their command is (ACL WHOAMI and ACL CAT, FLOCK.CLUSTER
+/// NODES and HELP), and subcommands that are although theirs is not (CLIENT KILL).
 fn sub_is_admin(command: &str, sub: &str, command_is_admin: bool) -> bool {
     match (command, sub) {
         ("acl", "whoami" | "cat") => false,
+        ("flock.cluster", "nodes" | "help") => false,
         ("client", "kill") => true,
         _ => command_is_admin,
     }
@@ -128,6 +129,11 @@ fn categories_of(meta: &Meta, sub: Option<&str>) -> Vec<&'static str> {
         Some(sub) => sub_is_admin(meta.name, sub, meta.flags.admin),
         None => meta.flags.admin,
     };
+    // The contract: what breaks or rewrites state is @admin and @dangerous and in no other
+    // category but @slow, so a service user written `+@flock` or `+@write` never gets it.
+    if admin {
+        return vec!["admin", "dangerous", "slow"];
+    }
     let mut out = Vec::new();
     match meta.group {
         "flock" => out.push("flock"),
@@ -147,15 +153,7 @@ fn categories_of(meta: &Meta, sub: Option<&str>) -> Vec<&'static str> {
     } else if meta.keys.0 > 0 {
         out.push("read");
     }
-    if admin {
-        out.push("admin");
-        out.push("dangerous");
-    }
-    out.push(if meta.flags.fast && !admin {
-        "fast"
-    } else {
-        "slow"
-    });
+    out.push(if meta.flags.fast { "fast" } else { "slow" });
     if meta.flags.blocking {
         out.push("blocking");
     }
