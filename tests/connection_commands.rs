@@ -1140,3 +1140,55 @@ fn sigterm_exits_zero_and_logs_the_shutdown() {
 fn sigint_exits_zero_and_logs_the_shutdown() {
     stops_cleanly_on("INT");
 }
+
+/// A subcommand's own arity is checked (as Redis does) before it runs: `CLIENT KILL` with no
+/// filter once killed every other connection and answered 0. Filters flockd cannot tell apart
+/// never widen a kill: `TYPE pubsub` matches no connection, `USER` and `MAXAGE` filter.
+#[test]
+fn client_kill_without_a_filter_is_an_arity_error_and_kills_nobody() {
+    let server = TestServer::start(&[]);
+    let mut killer = server.raw();
+    let mut bystander = server.raw();
+    assert_eq!(bystander.call(&["PING"]), "+PONG\r\n");
+    assert_eq!(
+        killer.call(&["CLIENT", "KILL"]),
+        "-ERR wrong number of arguments for 'client|kill' command\r\n"
+    );
+    assert_eq!(
+        killer.call(&["CONFIG"]),
+        "-ERR wrong number of arguments for 'config' command\r\n"
+    );
+    for (filter, killed) in [
+        (&["TYPE", "pubsub"][..], ":0\r\n"),
+        (&["TYPE", "replica"][..], ":0\r\n"),
+        (&["USER", "nobody"][..], ":0\r\n"),
+        (&["MAXAGE", "3600"][..], ":0\r\n"),
+    ] {
+        let mut args = vec!["CLIENT", "KILL"];
+        args.extend_from_slice(filter);
+        assert_eq!(killer.call(&args), killed, "{args:?}");
+    }
+    assert_eq!(
+        killer.call(&["CLIENT", "KILL", "TYPE", "bogus"]),
+        "-ERR Unknown client type 'bogus'\r\n"
+    );
+    assert_eq!(
+        killer.call(&["CLIENT", "KILL", "MAXAGE", "soon"]),
+        "-ERR value is not an integer or out of range\r\n"
+    );
+    assert_eq!(
+        bystander.call(&["PING"]),
+        "+PONG\r\n",
+        "the bystander lives"
+    );
+    // The filters that do match: the default user's other connection, then nobody left.
+    assert_eq!(
+        killer.call(&["CLIENT", "KILL", "USER", "default"]),
+        ":1\r\n"
+    );
+    assert!(
+        bystander.try_call(&["PING"]).is_none(),
+        "killed by USER default"
+    );
+    assert_eq!(killer.call(&["PING"]), "+PONG\r\n", "SKIPME yes by default");
+}

@@ -44,6 +44,12 @@ pub struct KillFilter {
     addr: Option<String>,
     laddr: Option<String>,
     skip_me: bool,
+    /// TYPE: as CLIENT LIST counts them, every connection is `normal`; `master`, `replica` and
+    /// `pubsub` match none.
+    type_matches_none: bool,
+    user: Option<String>,
+    /// MAXAGE: only connections at least this old (seconds).
+    min_age_s: Option<u64>,
     /// The old form `CLIENT KILL addr:port` replies +OK or an error instead of a count.
     legacy: bool,
 }
@@ -311,7 +317,16 @@ fn parse_kill(args: &mut Args) -> Result<KillFilter, CommandError> {
                 "no" => filter.skip_me = false,
                 _ => return Err(CommandError::Syntax),
             },
-            "TYPE" | "USER" | "MAXAGE" => {}
+            "TYPE" => match text.to_ascii_lowercase().as_str() {
+                "normal" => {}
+                "master" | "replica" | "slave" | "pubsub" => filter.type_matches_none = true,
+                _ => return Err(CommandError::UnknownClientType(text)),
+            },
+            "USER" => filter.user = Some(text),
+            "MAXAGE" => match parse_int(&value) {
+                Some(age) if age >= 0 => filter.min_age_s = Some(age as u64),
+                _ => return Err(CommandError::NotInteger),
+            },
             _ => return Err(CommandError::Syntax),
         }
     }
@@ -331,7 +346,15 @@ fn kill(ctx: &mut Ctx<'_>, filter: KillFilter) -> CommandResult {
                 .laddr
                 .as_ref()
                 .is_none_or(|a| *a == client.laddr.to_string())
-            && !(filter.skip_me && client.id == me);
+            && !(filter.skip_me && client.id == me)
+            && !filter.type_matches_none
+            && filter.user.as_ref().is_none_or(|user| {
+                let names = client.names.lock();
+                names.user.as_deref().unwrap_or(b"default") == user.as_bytes()
+            })
+            && filter
+                .min_age_s
+                .is_none_or(|age| client.created.elapsed().as_secs() >= age);
         if matches {
             client.kill.cancel();
             killed += 1;

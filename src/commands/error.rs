@@ -24,6 +24,8 @@ pub enum CommandError {
         "ERR cannot upgrade a shared holding to exclusive: release it first, or acquire exclusively from the start"
     )]
     CannotUpgrade,
+    #[error("ERR Unknown client type '{0}'")]
+    UnknownClientType(String),
     #[error("ERR invalid cursor")]
     InvalidCursor,
     #[error("ERR numnames is {0} but fewer than {0} names and a lease-ms follow")]

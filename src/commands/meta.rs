@@ -106,12 +106,27 @@ impl Meta {
     }
 
     pub fn arity_ok(&self, argc: usize) -> bool {
-        let argc = argc as i64;
-        let arity = self.arity as i64;
-        if arity >= 0 {
-            argc == arity
-        } else {
-            argc >= -arity
-        }
+        arity_ok(self.arity, argc)
+    }
+
+    /// The subcommand `argv[1]` names, if this command has subcommands and it is one of them.
+    pub fn subcommand(&self, argv: &[bytes::Bytes]) -> Option<&'static SubMeta> {
+        let sub = argv.get(1)?;
+        self.subcommands.iter().find(|s| {
+            s.name
+                .split_once('|')
+                .is_some_and(|(_, name)| name.as_bytes().eq_ignore_ascii_case(sub))
+        })
+    }
+}
+
+/// Redis's convention: N means exactly N arguments including the name, -N at least N.
+pub fn arity_ok(arity: i32, argc: usize) -> bool {
+    let argc = argc as i64;
+    let arity = arity as i64;
+    if arity >= 0 {
+        argc == arity
+    } else {
+        argc >= -arity
     }
 }

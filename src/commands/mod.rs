@@ -303,6 +303,13 @@ pub fn parse(index: usize, argv: Vec<Bytes>, limits: ArgLimits) -> Result<Comman
     if !meta.arity_ok(argv.len()) {
         return Err(CommandError::WrongArity(meta.name.into()));
     }
+    // As in Redis, a subcommand's own arity is checked before it parses: `CLIENT KILL` with no
+    // filter is an error, never a filter that matches every client.
+    if let Some(sub) = meta.subcommand(&argv)
+        && !meta::arity_ok(sub.arity, argv.len())
+    {
+        return Err(CommandError::WrongArity(sub.name.into()));
+    }
     let mut args = Args::new(meta.name, argv, limits);
     let command = PARSERS[index](&mut args)?;
     args.finish()?;
