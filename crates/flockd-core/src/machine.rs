@@ -224,28 +224,33 @@ impl StateMachine {
     pub fn scan_keys(&self, cursor: u64, count: usize, only: Option<KeyType>) -> (u64, Vec<Bytes>) {
         let mut keys = Vec::new();
         let mut budget = count.max(1);
-        let mut fence_place = cursor & !FENCE_SPACE;
-        if cursor < FENCE_SPACE && only != Some(KeyType::Fence) {
-            let mut looked = 0;
-            let next = self.locks.walk_names(cursor, budget, |name| {
-                looked += 1;
-                // A name that is also a fence key comes with the fence keys.
-                if !self.fences.contains(name) {
-                    keys.push(Bytes::copy_from_slice(name));
-                }
-            });
-            match next {
-                Some(place) => return (place, keys),
-                None if only == Some(KeyType::Flock) => return (0, keys),
-                None if looked >= budget => return (FENCE_SPACE, keys),
-                None => {
-                    budget -= looked;
-                    fence_place = 0;
+        let in_locks = cursor < FENCE_SPACE;
+        let fence_place = match only {
+            // No lock name is in the fence keys' part of the walk.
+            Some(KeyType::Flock) if !in_locks => return (0, keys),
+            // The lock names' part has no fence key: go straight to the fence keys.
+            Some(KeyType::Fence) if in_locks => 0,
+            _ if in_locks => {
+                let mut looked = 0;
+                let next = self.locks.walk_names(cursor, budget, |name| {
+                    looked += 1;
+                    // A name that is also a fence key comes with the fence keys.
+                    if !self.fences.contains(name) {
+                        keys.push(Bytes::copy_from_slice(name));
+                    }
+                });
+                match next {
+                    Some(place) => return (place, keys),
+                    None if only == Some(KeyType::Flock) => return (0, keys),
+                    None if looked >= budget => return (FENCE_SPACE, keys),
+                    None => {
+                        budget -= looked;
+                        0
+                    }
                 }
             }
-        } else if cursor < FENCE_SPACE {
-            fence_place = 0;
-        }
+            _ => cursor & !FENCE_SPACE,
+        };
         let next = self.fences.walk(fence_place, budget, |key| {
             keys.push(Bytes::copy_from_slice(key));
         });

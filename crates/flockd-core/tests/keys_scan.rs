@@ -145,6 +145,13 @@ fn type_says_fence_for_a_name_that_is_both_and_the_filter_agrees() {
         assert_eq!(once_each(seen), names(100..300));
         assert!(cursors.iter().all(|c| *c >= FENCE_SPACE), "{cursors:?}");
     }
+    // A cursor in the fence keys has no lock name left to give.
+    let (in_fences, _) = log.sm.scan_keys(0, 250, None);
+    assert!(in_fences > FENCE_SPACE, "{in_fences}");
+    assert_eq!(
+        log.sm.scan_keys(in_fences, 1000, Some(KeyType::Flock)),
+        (0, vec![])
+    );
 }
 
 #[test]
