@@ -389,6 +389,8 @@ fn command_introspection() {
         "slowlog",
         "latency",
         "dbsize",
+        "scan",
+        "type",
         "acl",
         "subscribe",
         "psubscribe",

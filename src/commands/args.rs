@@ -89,6 +89,16 @@ impl Args {
         int_in_range(&raw, what, range)
     }
 
+    /// A SCAN-style cursor: a decimal 0..=2^64-1, anything else `-ERR invalid cursor` as Redis.
+    pub fn next_cursor(&mut self) -> Result<u64, CommandError> {
+        let raw = self.next_bytes()?;
+        std::str::from_utf8(&raw)
+            .ok()
+            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or(CommandError::InvalidCursor)
+    }
+
     /// The next argument, upper-cased, to match an option or subcommand keyword.
     pub fn next_keyword(&mut self) -> Option<String> {
         self.items

@@ -13,7 +13,7 @@ use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
 use crate::server::context::{CommandResult, Ctx, reply};
 
 /// The most names one call looks at: a call holds the state's read lock while it looks.
-const MAX_COUNT: u64 = 100_000;
+pub(super) const MAX_COUNT: u64 = 100_000;
 
 #[derive(Debug)]
 pub struct FlockScan {
@@ -37,12 +37,7 @@ impl CommandDef for FlockScan {
     };
 
     fn parse(args: &mut Args) -> Result<Self, CommandError> {
-        let raw = args.next_bytes()?;
-        let cursor = std::str::from_utf8(&raw)
-            .ok()
-            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|s| s.parse::<u64>().ok())
-            .ok_or(CommandError::InvalidCursor)?;
+        let cursor = args.next_cursor()?;
         let mut scan = FlockScan {
             cursor,
             pattern: None,

@@ -54,12 +54,14 @@ mod pubsub;
 mod quit;
 pub mod reset;
 mod role;
+mod scan;
 mod select;
 mod sentinel;
 mod shutdown;
 mod slowlog;
 mod subscribe;
 mod time;
+mod type_cmd;
 pub mod unsubscribe;
 
 use std::collections::HashMap;
@@ -248,6 +250,8 @@ command_table! {
     local Slowlog => slowlog::SlowlogCmd,
     local Latency => latency::LatencyCmd,
     local DbSize => dbsize::DbSize,
+    local Scan => scan::Scan,
+    local Type => type_cmd::Type,
     local Subscribe => subscribe::Subscribe,
     local PSubscribe => subscribe::PSubscribe,
     local Unsubscribe => unsubscribe::Unsubscribe,

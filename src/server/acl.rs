@@ -150,7 +150,8 @@ fn categories_of(meta: &Meta, sub: Option<&str>) -> Vec<&'static str> {
     }
     if meta.flags.write {
         out.push("write");
-    } else if meta.keys.0 > 0 {
+    } else if meta.keys.0 > 0 || meta.group == "generic" {
+        // Redis's generic keyspace commands read keys, SCAN without naming one.
         out.push("read");
     }
     out.push(if meta.flags.fast { "fast" } else { "slow" });

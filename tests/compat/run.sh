@@ -65,6 +65,9 @@ check "SELECT 0" "OK" SELECT 0
 check "FENCE.SET" "1" FENCE.SET compat:fence 5 five
 check "FENCE.SET lower token refused" "0" FENCE.SET compat:fence 4 four
 check "FENCE.GET" "five" FENCE.GET compat:fence
+# redis-cli --scan walks lock names and fence keys with SCAN.
+check "redis-cli --scan --pattern" "order:1042" --scan --pattern 'order:*'
+check "TYPE of a fence key" "fence" TYPE compat:fence
 
 # Commands piped through stdin, one per line, as a user would type them.
 got="$(printf '%s\n' 'PING' 'ECHO "hello world"' 'FLOCK.ACQUIRE stdin:lock 30000' 'FLOCK.ACQUIRE stdin:lock 30000' \

@@ -163,6 +163,36 @@ def test_default_pipeline_is_a_transaction():
         assert r.execute_command("FLOCK.TTL", name) == -2
 
 
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_scan_iter_and_type(protocol):
+    # SCAN walks lock names and fence keys; other tests' keys share this server, so MATCH a prefix.
+    r = client(protocol=protocol)
+    prefix = unique("scan")
+    locks = {f"{prefix}:lock:{i}" for i in range(7)}
+    fences = {f"{prefix}:fence:{i}" for i in range(7)}
+    both = f"{prefix}:both"
+    for name in locks | {both}:
+        assert r.execute_command("FLOCK.ACQUIRE", name, 30000) == 1
+    for key in fences | {both}:
+        assert r.execute_command("FENCE.SET", key, 1, "v") == 1
+    everything = locks | fences | {both}
+    listed = list(r.scan_iter(match=f"{prefix}:*", count=2))
+    assert sorted(listed) == sorted(everything)
+    assert set(r.scan_iter(match=f"{prefix}:*", count=1000, _type="flock")) == locks
+    assert set(r.scan_iter(match=f"{prefix}:*", _type="fence")) == fences | {both}
+    cursor, page = r.scan(0, match=f"{prefix}:*", count=1)
+    assert isinstance(cursor, int) and isinstance(page, list)
+    assert r.type(next(iter(locks))) == "flock"
+    assert r.type(next(iter(fences))) == "fence"
+    assert r.type(both) == "fence"
+    assert r.type(f"{prefix}:missing") == "none"
+    with pytest.raises(redis.ResponseError, match="invalid cursor"):
+        r.execute_command("SCAN", "x")
+    with pytest.raises(redis.ResponseError, match="syntax error"):
+        r.scan(0, count=0)
+    assert r.ping() is True
+
+
 def test_client_name_and_info():
     r = client(client_name="py-client")
     assert r.client_getname() == "py-client"

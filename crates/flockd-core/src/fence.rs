@@ -5,6 +5,7 @@
 use bytes::Bytes;
 
 use crate::item::SnapshotItem;
+use crate::scan_index::ScanIndex;
 use crate::shards::Shards;
 
 #[derive(Clone)]
@@ -21,21 +22,37 @@ pub struct FenceStats {
     pub refused: u64,
 }
 
-#[derive(Clone, Default)]
+/// No `Clone`: a snapshot takes [`FenceRegister::cut`], which leaves the scan index behind.
+#[derive(Default)]
 pub(crate) struct FenceRegister {
     keys: Shards<Fence>,
+    /// Every key's place in a SCAN walk (derived from `keys`; keys are never removed).
+    places: ScanIndex,
     accepted: u64,
     refused: u64,
 }
 
 impl FenceRegister {
+    /// The fence of `key`, created (and given its place in the walk) if it is new.
+    fn fence_or_new(&mut self, key: &[u8]) -> &mut Fence {
+        let mut created = false;
+        let fence = self.keys.get_or_insert_with(key, || {
+            created = true;
+            Fence {
+                token: 0,
+                value: Bytes::new(),
+            }
+        });
+        if created {
+            self.places.insert(key);
+        }
+        fence
+    }
+
     /// Stores `value` at `token` if `token` >= the key's highest accepted token (0 for a new
     /// key); true if stored.
     pub fn set(&mut self, key: &[u8], token: u64, value: &Bytes) -> bool {
-        let fence = self.keys.get_or_insert_with(key, || Fence {
-            token: 0,
-            value: Bytes::new(),
-        });
+        let fence = self.fence_or_new(key);
         if token < fence.token {
             self.refused += 1;
             return false;
@@ -44,6 +61,26 @@ impl FenceRegister {
         fence.value = value.clone();
         self.accepted += 1;
         true
+    }
+
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.keys.get(key).is_some()
+    }
+
+    /// Visits the keys from place `cursor` on (see [`ScanIndex::walk`]).
+    pub fn walk(&self, cursor: u64, count: usize, visit: impl FnMut(&[u8])) -> Option<u64> {
+        self.places.walk(cursor, count, visit)
+    }
+
+    /// The keys and counters, detached for a snapshot: a copy of the shard pointers, without
+    /// the scan index (a restore rebuilds it).
+    pub fn cut(&self) -> FenceRegister {
+        FenceRegister {
+            keys: self.keys.clone(),
+            places: ScanIndex::default(),
+            accepted: self.accepted,
+            refused: self.refused,
+        }
     }
 
     pub fn get(&self, key: &[u8]) -> Option<Bytes> {
@@ -58,10 +95,7 @@ impl FenceRegister {
     /// Restores one key (from a snapshot, or a first-format record): kept only if its token is
     /// not older than the stored one, so restoring over newer state converges.
     pub fn restore(&mut self, key: &[u8], token: u64, value: &[u8]) {
-        let fence = self.keys.get_or_insert_with(key, || Fence {
-            token: 0,
-            value: Bytes::new(),
-        });
+        let fence = self.fence_or_new(key);
         if token >= fence.token {
             fence.token = token;
             fence.value = Bytes::copy_from_slice(value);

@@ -4,6 +4,7 @@ use bytes::Bytes;
 
 use crate::fence::FenceRegister;
 use crate::item::SnapshotItem;
+use crate::keys::{FENCE_SPACE, KeyType};
 use crate::snapshot::Snapshot;
 use crate::table::{Acquire, AcquireAll, LockTable, ScanFilter, V1HoldingChange};
 use crate::{
@@ -204,6 +205,58 @@ impl StateMachine {
         self.locks.scan(cursor, count, filter)
     }
 
+    /// TYPE: what `key` is, `None` when it is neither a lock name nor a fence key. A name that
+    /// is both is a fence key (see [`crate::keys`]).
+    pub fn key_type(&self, key: &[u8]) -> Option<KeyType> {
+        if self.fences.contains(key) {
+            Some(KeyType::Fence)
+        } else if self.locks.has_name(key) {
+            Some(KeyType::Flock)
+        } else {
+            None
+        }
+    }
+
+    /// SCAN: about `count` keys from `cursor` on, the lock names first and then the fence keys
+    /// (the cursor's top bit says which: [`FENCE_SPACE`]), only those of type `only` if given,
+    /// and the next cursor (0 at the end). A call looks at `count` keys in all (a few more when
+    /// keys share a place), so it may cross from the lock names into the fence keys.
+    pub fn scan_keys(&self, cursor: u64, count: usize, only: Option<KeyType>) -> (u64, Vec<Bytes>) {
+        let mut keys = Vec::new();
+        let mut budget = count.max(1);
+        let in_locks = cursor < FENCE_SPACE;
+        let fence_place = match only {
+            // No lock name is in the fence keys' part of the walk.
+            Some(KeyType::Flock) if !in_locks => return (0, keys),
+            // The lock names' part has no fence key: go straight to the fence keys.
+            Some(KeyType::Fence) if in_locks => 0,
+            _ if in_locks => {
+                let mut looked = 0;
+                let next = self.locks.walk_names(cursor, budget, |name| {
+                    looked += 1;
+                    // A name that is also a fence key comes with the fence keys.
+                    if !self.fences.contains(name) {
+                        keys.push(Bytes::copy_from_slice(name));
+                    }
+                });
+                match next {
+                    Some(place) => return (place, keys),
+                    None if only == Some(KeyType::Flock) => return (0, keys),
+                    None if looked >= budget => return (FENCE_SPACE, keys),
+                    None => {
+                        budget -= looked;
+                        0
+                    }
+                }
+            }
+            _ => cursor & !FENCE_SPACE,
+        };
+        let next = self.fences.walk(fence_place, budget, |key| {
+            keys.push(Bytes::copy_from_slice(key));
+        });
+        (next.map_or(0, |place| place | FENCE_SPACE), keys)
+    }
+
     /// The name's counter: the highest token issued or advanced to, 0 if none.
     pub fn last_token(&self, name: &[u8]) -> u64 {
         self.locks.last_token(name)
@@ -308,7 +361,7 @@ impl StateMachine {
             position: self.position,
             at: self.at,
             locks: self.locks.cut(),
-            fences: self.fences.clone(),
+            fences: self.fences.cut(),
         }
     }
 

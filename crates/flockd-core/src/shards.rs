@@ -37,12 +37,14 @@ pub(crate) fn shard_of(key: &[u8]) -> usize {
     (SEED.hash_one(key) % SHARDS as u64) as usize
 }
 
-/// A key's place in a full walk of the map: its shard in the top 8 bits, then the rest of its
-/// hash. The same on every machine and for the life of the key, whatever the map does meanwhile,
-/// so a cursor of such places never skips a key that stays (what FLOCK.SCAN promises).
+/// A key's place in a full walk of the map: its shard in the top 8 of 63 bits, then 55 more
+/// bits of its hash. The same on every machine and for the life of the key, whatever the map
+/// does meanwhile, so a cursor of such places never skips a key that stays (what FLOCK.SCAN
+/// promises). Places stay below 2^63 so that SCAN, which walks lock names and then fence keys,
+/// can mark the space in a cursor's top bit and still fit Redis's 64-bit cursors.
 pub(crate) fn scan_key(key: &[u8]) -> u64 {
     let hash = SEED.hash_one(key);
-    ((hash % SHARDS as u64) << 56) | (hash >> 8)
+    ((hash % SHARDS as u64) << 55) | (hash >> 9)
 }
 
 impl<V: Clone> Shards<V> {

@@ -17,6 +17,7 @@ use std::collections::BinaryHeap;
 use bytes::Bytes;
 
 use crate::item::SnapshotItem;
+use crate::scan_index::ScanIndex;
 use crate::shards::Shards;
 use crate::terms::{Mode, Terms};
 use crate::{Event, HoldingRef, MAX_TOKEN, Millis, WaitId};
@@ -24,7 +25,7 @@ use entry::{EntryCtx, Holding, LockEntry, Waiter};
 pub(crate) use multi::AcquireAll;
 use multi::MultiWaiters;
 pub use scan::ScanFilter;
-use scan::{ScanIndex, entry_or_new};
+use scan::entry_or_new;
 
 /// What an acquire asks for (see [`crate::Op::Acquire`]).
 pub(crate) struct Acquire<'a> {

@@ -1,38 +1,14 @@
-//! FLOCK.SCAN: walking the lock table a few names per call, with Redis's cursor guarantee.
-//!
-//! The table's shards are hash maps, whose order changes when they grow, so a cursor cannot be
-//! a position in them. Every name has a fixed place instead ([`crate::shards::scan_key`]), and
-//! an ordered index of (place, name) is kept next to the table: a call starts at the cursor's
-//! place and the next cursor is the place after the last name returned. A name present for the
-//! whole walk is returned once (twice never, unless it was forgotten and created again), and a
-//! call costs O(log n + COUNT). Bookkeeping, not state: it is rebuilt with the entries and is
-//! in no snapshot.
-
-use std::collections::BTreeSet;
-use std::ops::Bound;
+//! FLOCK.SCAN: walking the lock table a few names per call, with Redis's cursor guarantee, on
+//! the table's [`ScanIndex`]. A name present for the whole walk is returned once (twice never,
+//! unless it was forgotten and created again).
 
 use bytes::Bytes;
 
 use super::LockTable;
 use super::entry::LockEntry;
 use crate::Millis;
-use crate::name::Name;
-use crate::shards::{Shards, scan_key};
-
-#[derive(Clone, Default)]
-pub(super) struct ScanIndex {
-    places: BTreeSet<(u64, Name)>,
-}
-
-impl ScanIndex {
-    pub fn insert(&mut self, name: &[u8]) {
-        self.places.insert((scan_key(name), Name::from(name)));
-    }
-
-    pub fn remove(&mut self, name: &[u8]) {
-        self.places.remove(&(scan_key(name), Name::from(name)));
-    }
-}
+use crate::scan_index::ScanIndex;
+use crate::shards::Shards;
 
 /// The entry of `name`, created (and given its place in the walk) if it is new.
 pub(super) fn entry_or_new<'a>(
@@ -65,34 +41,35 @@ impl LockTable {
     /// Up to `count` names from `cursor` on (a few more when names share a place), those that
     /// pass `filter`, and the cursor to go on with: 0 once the walk is over.
     pub fn scan(&self, cursor: u64, count: usize, filter: ScanFilter) -> (u64, Vec<Bytes>) {
-        let from = (cursor, Name::from(&b""[..]));
         let mut names = Vec::new();
-        let mut last = None;
-        let places = self
-            .scan
-            .places
-            .range((Bound::Included(from), Bound::Unbounded));
-        for (looked, (place, name)) in places.enumerate() {
-            // A cursor is a place: names sharing one must come in the same call.
-            if looked >= count.max(1)
-                && let Some(last) = last
-                && last != *place
-            {
-                // `place` is after `last`, so `last + 1` does not overflow.
-                return (last + 1, names);
-            }
-            last = Some(*place);
+        let next = self.scan.walk(cursor, count, |name| {
             let keep = match filter {
                 ScanFilter::All => true,
                 ScanFilter::HeldAt(now) => self
                     .entries
-                    .get(name.as_bytes())
+                    .get(name)
                     .is_some_and(|e| e.latest_live(now).is_some()),
             };
             if keep {
-                names.push(Bytes::copy_from_slice(name.as_bytes()));
+                names.push(Bytes::copy_from_slice(name));
             }
-        }
-        (0, names)
+        });
+        (next.unwrap_or(0), names)
+    }
+
+    /// Visits the names from place `cursor` on (see [`ScanIndex::walk`]): SCAN's walk of the
+    /// lock names, which filters them against the fence keys.
+    pub(crate) fn walk_names(
+        &self,
+        cursor: u64,
+        count: usize,
+        visit: impl FnMut(&[u8]),
+    ) -> Option<u64> {
+        self.scan.walk(cursor, count, visit)
+    }
+
+    /// Whether the table keeps `name` (what FLOCK.SCAN lists, and TYPE calls `flock`).
+    pub(crate) fn has_name(&self, name: &[u8]) -> bool {
+        self.entries.get(name).is_some()
     }
 }
