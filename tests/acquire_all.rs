@@ -108,7 +108,7 @@ fn bad_arguments_get_clear_errors_and_take_nothing() {
         ),
         (
             &["FLOCK.ACQUIREALL", "1", "a", "1000", "WAIT"],
-            "-ERR wrong number of arguments for 'flock.acquireall' command\r\n",
+            "-ERR syntax error\r\n",
         ),
         (
             &["FLOCK.ACQUIREALL", "1", "a", "1000", "SESSION", "SESSION"],

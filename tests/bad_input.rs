@@ -435,7 +435,7 @@ fn bad_lock_arguments_get_clear_errors_and_change_nothing() {
         ),
         (
             vec!["FLOCK.ACQUIRE", "lk", "1000", "WAIT"],
-            "-ERR wrong number of arguments for 'flock.acquire' command\r\n",
+            "-ERR syntax error\r\n",
         ),
         (
             vec!["FLOCK.ACQUIRE", "lk", "1000", "FOREVER"],

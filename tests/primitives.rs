@@ -375,7 +375,7 @@ fn bad_arguments_get_clear_errors_and_change_nothing() {
         ),
         (
             &["FLOCK.ACQUIRE", "b", "1000", "LIMIT"],
-            "-ERR wrong number of arguments for 'flock.acquire' command\r\n",
+            "-ERR syntax error\r\n",
         ),
         (
             &["FLOCK.ACQUIRE", "b", "1000", "READ"],
@@ -387,7 +387,7 @@ fn bad_arguments_get_clear_errors_and_change_nothing() {
         ),
         (
             &["FENCE.SET", "k", "1", "v", "LOCK"],
-            "-ERR wrong number of arguments for 'fence.set' command\r\n",
+            "-ERR syntax error\r\n",
         ),
         (
             &["FENCE.SET", "k", "1", "v", "LOCK", "b", "extra"],

@@ -20,6 +20,11 @@ pub struct Args {
     command: &'static str,
     items: std::vec::IntoIter<Bytes>,
     pub limits: ArgLimits,
+    /// The next keyword names a subcommand, not an option (a container command's first word).
+    subcommand_next: bool,
+    /// A keyword option was read: a value missing after it is `ERR syntax error`, as Redis
+    /// answers `SET k v EX`, not an arity error.
+    in_options: bool,
 }
 
 impl Args {
@@ -31,7 +36,15 @@ impl Args {
             command,
             items,
             limits,
+            subcommand_next: false,
+            in_options: false,
         }
+    }
+
+    /// Arguments of a command with subcommands: its first keyword is the subcommand's name.
+    pub fn with_subcommand(mut self) -> Args {
+        self.subcommand_next = true;
+        self
     }
 
     /// A lock name (fence key, owner id: see [`Args::next_name`]) within the configured size.
@@ -65,9 +78,11 @@ impl Args {
 
     /// The next argument; a missing one is an arity error (the table's arity could not say).
     pub fn next_bytes(&mut self) -> Result<Bytes, CommandError> {
-        self.items
-            .next()
-            .ok_or_else(|| CommandError::WrongArity(self.command.into()))
+        match self.items.next() {
+            Some(item) => Ok(item),
+            None if self.in_options => Err(CommandError::Syntax),
+            None => Err(CommandError::WrongArity(self.command.into())),
+        }
     }
 
     /// A lock name, fence key or owner id: non-empty and at most `max` bytes.
@@ -101,9 +116,13 @@ impl Args {
 
     /// The next argument, upper-cased, to match an option or subcommand keyword.
     pub fn next_keyword(&mut self) -> Option<String> {
-        self.items
-            .next()
-            .map(|b| String::from_utf8_lossy(&b).to_ascii_uppercase())
+        let keyword = self.items.next()?;
+        if std::mem::take(&mut self.subcommand_next) {
+            // The subcommand's own arguments follow; options, if any, come after them.
+        } else {
+            self.in_options = true;
+        }
+        Some(String::from_utf8_lossy(&keyword).to_ascii_uppercase())
     }
 
     /// Errors if arguments are left over.

@@ -315,6 +315,9 @@ pub fn parse(index: usize, argv: Vec<Bytes>, limits: ArgLimits) -> Result<Comman
         return Err(CommandError::WrongArity(sub.name.into()));
     }
     let mut args = Args::new(meta.name, argv, limits);
+    if !meta.subcommands.is_empty() {
+        args = args.with_subcommand();
+    }
     let command = PARSERS[index](&mut args)?;
     args.finish()?;
     Ok(command)
