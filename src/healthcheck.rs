@@ -3,7 +3,8 @@
 //! uses it, so the image needs no redis-cli. Any other reply is shown in full (its whole line,
 //! up to 512 bytes, escaped), so a failing check says why: `-WRONGPASS ...`, `-LOADING ...`.
 //! A cluster node (`node-id` configured) is ready only while it knows a leader: the check then
-//! also reads `INFO replication` and fails while `raft_leader_id` is 0.
+//! also reads `INFO replication` and fails while `raft_leader_id` is 0. A TLS-only server
+//! (`tls-only yes`) is asked on its TLS port, with the `tls-*` files as the client's.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -11,6 +12,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::config::Config;
+
+/// A connection to the server, plain or TLS.
+trait Stream: Read + Write {}
+impl<T: Read + Write> Stream for T {}
 
 pub fn run(config: &Config) -> ExitCode {
     // A server bound to every address is reached over loopback.
@@ -23,14 +28,21 @@ pub fn run(config: &Config) -> ExitCode {
     } else {
         config.bind
     };
-    let addr = SocketAddr::new(host, config.port);
-    let checked = ping(addr, config.requirepass.as_deref()).and_then(|stream| {
-        if config.cluster.is_some() {
-            leader_known(stream, addr)
-        } else {
-            Ok(())
-        }
-    });
+    let tls = config.tls_settings().filter(|_| config.tls_only);
+    let port = match (&tls, config.tls_port) {
+        (Some(_), Some(tls_port)) => tls_port,
+        _ => config.port,
+    };
+    let addr = SocketAddr::new(host, port);
+    let checked = connect(addr, tls.as_ref())
+        .and_then(|stream| ping(stream, addr, config.requirepass.as_deref()))
+        .and_then(|stream| {
+            if config.cluster.is_some() {
+                leader_known(stream, addr)
+            } else {
+                Ok(())
+            }
+        });
     match checked {
         Ok(()) => {
             println!("PONG");
@@ -44,7 +56,7 @@ pub fn run(config: &Config) -> ExitCode {
 }
 
 /// Reads `INFO replication` on the connection: `Ok` if it names a leader.
-fn leader_known(mut stream: TcpStream, addr: SocketAddr) -> Result<(), String> {
+fn leader_known(mut stream: Box<dyn Stream>, addr: SocketAddr) -> Result<(), String> {
     stream
         .write_all(b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n")
         .map_err(|e| e.to_string())?;
@@ -92,13 +104,30 @@ fn leader_known(mut stream: TcpStream, addr: SocketAddr) -> Result<(), String> {
     }
 }
 
-fn ping(addr: SocketAddr, password: Option<&str>) -> Result<TcpStream, String> {
+fn connect(
+    addr: SocketAddr,
+    tls: Option<&flockd_tls::TlsSettings>,
+) -> Result<Box<dyn Stream>, String> {
     let timeout = Duration::from_secs(3);
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)
+    let stream = TcpStream::connect_timeout(&addr, timeout)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
     stream
         .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
         .map_err(|e| e.to_string())?;
+    match tls {
+        None => Ok(Box::new(stream)),
+        Some(settings) => flockd_tls::connect_blocking(settings, stream)
+            .map(|stream| Box::new(stream) as Box<dyn Stream>)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+fn ping(
+    mut stream: Box<dyn Stream>,
+    addr: SocketAddr,
+    password: Option<&str>,
+) -> Result<Box<dyn Stream>, String> {
     let mut request = Vec::new();
     if let Some(password) = password {
         request.extend_from_slice(

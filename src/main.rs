@@ -20,14 +20,19 @@ fn main() -> ExitCode {
     if let Some(Tool::CheckAof { fix, file }) = &cli.command {
         return check_aof::run(file, *fix);
     }
-    let config = match cli.settings.resolve() {
+    // `flockd ping --port N` and `flockd --port N ping` alike: the subcommand's flags first.
+    let (ping, settings) = match cli.command {
+        Some(Tool::Ping { settings }) => (true, settings.or(cli.settings)),
+        _ => (false, cli.settings),
+    };
+    let config = match settings.resolve() {
         Ok(config) => config,
         Err(e) => {
             eprintln!("flockd: {e}");
             return ExitCode::from(2);
         }
     };
-    if let Some(Tool::Ping) = cli.command {
+    if ping {
         return healthcheck::run(&config);
     }
     if let Err(e) = logging::init(&config) {

@@ -561,3 +561,77 @@ fn the_cluster_port_speaks_mutual_tls_with_tls_cluster() {
         ":1\r\n"
     );
 }
+
+/// `flockd ping` (the container's HEALTHCHECK) against a TLS-only server with mutual TLS: it
+/// takes the same flags as the daemon, after the subcommand, and talks TLS with the `tls-*`
+/// files (its certificate is the server's, which the CA signed). A wrong CA is refused clearly.
+#[test]
+fn ping_reaches_a_tls_only_server_with_the_tls_files() {
+    let pki = Pki::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let mut flags = pki.server_flags(&["--tls-only", "yes"]);
+    let at = flags.iter().position(|f| f == "--tls-port").unwrap();
+    flags[at + 1] = port.clone();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    // A TLS-only server has no plain ready line: the ping itself says when it is up.
+    let data = pki.p("data");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_flockd"))
+        .args(["--bind", "127.0.0.1", "--dir", &data])
+        .args(&flags)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn flockd");
+    struct Stop<'a>(&'a mut std::process::Child);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let server = Stop(&mut server);
+    let mut ping = vec!["ping", "--bind", "127.0.0.1"];
+    ping.extend(&flags);
+    let mut out = common::run_flockd(&ping, &[], Duration::from_secs(20));
+    for _ in 0..100 {
+        if out.status.is_some_and(|s| s.success()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        out = common::run_flockd(&ping, &[], Duration::from_secs(20));
+    }
+    assert_eq!(
+        out.status.and_then(|s| s.code()),
+        Some(0),
+        "stdout {} stderr {}",
+        out.stdout,
+        out.stderr
+    );
+    assert_eq!(out.stdout.trim(), "PONG");
+
+    // The server's certificate checked against a CA that did not sign it: a clear refusal.
+    let stranger_ca = pki.p("other-ca.crt");
+    let at = ping
+        .iter()
+        .position(|f| *f == "--tls-ca-cert-file")
+        .unwrap();
+    ping[at + 1] = &stranger_ca;
+    let out = common::run_flockd(&ping, &[], Duration::from_secs(20));
+    assert_eq!(out.status.and_then(|s| s.code()), Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("TLS handshake with 127.0.0.1") && out.stderr.contains("certificate"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        server.0.try_wait().unwrap().is_none(),
+        "the server still runs"
+    );
+}

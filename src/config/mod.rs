@@ -394,7 +394,12 @@ pub enum Tool {
         file: PathBuf,
     },
     /// PING the server this configuration describes (a container health check); exit 0 on PONG.
-    Ping,
+    /// Takes the daemon's flags (after `ping` or before it), variables and config file; a
+    /// TLS-only server is asked over TLS with the tls-* files.
+    Ping {
+        #[command(flatten)]
+        settings: Box<Settings>,
+    },
 }
 
 /// One optional value per key, from a flag or a FLOCKD_* variable; `None` lets the file or the
@@ -566,9 +571,9 @@ pub struct Settings {
 
 impl Settings {
     /// Fills every key this one lacks from `lower` (the config file).
-    fn or(self, lower: Settings) -> Settings {
+    pub fn or(self, lower: Settings) -> Settings {
         Settings {
-            config: self.config,
+            config: self.config.or(lower.config),
             bind: self.bind.or(lower.bind),
             port: self.port.or(lower.port),
             dir: self.dir.or(lower.dir),

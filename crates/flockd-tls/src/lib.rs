@@ -133,6 +133,12 @@ pub enum TlsError {
         "tls-cluster needs tls-ca-cert-file: every node checks the others' certificates against that CA"
     )]
     ClusterNeedsCa,
+    #[error(
+        "a TLS client of this server (flockd ping, flockd lock) needs tls-ca-cert-file to check the server's certificate"
+    )]
+    ClientNeedsCa,
+    #[error("TLS handshake with {addr}: {reason}")]
+    Handshake { addr: String, reason: String },
     #[error("tls-cert-file {cert} and tls-key-file {key} do not make a usable pair: {reason}")]
     Pair {
         cert: PathBuf,
@@ -212,6 +218,15 @@ pub fn cluster_tls(settings: &TlsSettings) -> Result<ClusterTls, TlsError> {
         auth_clients: AuthClients::Yes,
         ..settings.clone()
     })?;
+    Ok(ClusterTls {
+        server,
+        client: client_config(settings, ca)?,
+    })
+}
+
+/// A client's side of the same files: it checks the server against `ca` and shows
+/// `tls-cert-file` as its own certificate (what a server with `tls-auth-clients yes` asks).
+fn client_config(settings: &TlsSettings, ca: &Path) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     let versions: Vec<&'static SupportedProtocolVersion> =
         settings.protocols.iter().map(|p| p.rustls()).collect();
     let client = rustls::ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
@@ -223,10 +238,40 @@ pub fn cluster_tls(settings: &TlsSettings) -> Result<ClusterTls, TlsError> {
             private_key(settings)?,
         )
         .map_err(|e| pair_error(settings, e))?;
-    Ok(ClusterTls {
-        server,
-        client: Arc::new(client),
-    })
+    Ok(Arc::new(client))
+}
+
+/// A blocking TLS connection to this server's TLS port, for the command-line tools that talk
+/// to it with the server's own settings (`flockd ping`): the handshake is done when this
+/// returns, so a refused certificate is an error here, not a silent close later.
+pub fn connect_blocking(
+    settings: &TlsSettings,
+    tcp: std::net::TcpStream,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>, TlsError> {
+    let ca = settings
+        .ca_cert_file
+        .as_ref()
+        .ok_or(TlsError::ClientNeedsCa)?;
+    let config = client_config(settings, ca)?;
+    let peer = tcp.peer_addr().map_err(|e| TlsError::Handshake {
+        addr: "the server".into(),
+        reason: e.to_string(),
+    })?;
+    let handshake_error = |reason: String| TlsError::Handshake {
+        addr: peer.to_string(),
+        reason,
+    };
+    let name = rustls::pki_types::ServerName::IpAddress(peer.ip().into());
+    let connection =
+        rustls::ClientConnection::new(config, name).map_err(|e| handshake_error(e.to_string()))?;
+    let mut stream = rustls::StreamOwned::new(connection, tcp);
+    while stream.conn.is_handshaking() {
+        stream
+            .conn
+            .complete_io(&mut stream.sock)
+            .map_err(|e| handshake_error(e.to_string()))?;
+    }
+    Ok(stream)
 }
 
 /// The rustls configuration `settings` describe, with every file read and checked now.
