@@ -478,6 +478,75 @@ fn a_node_without_a_majority_answers_clusterdown_and_keeps_the_connection() {
     assert!(out.contains("no cluster leader is known"), "{out}");
 }
 
+/// At the default `log-level`, a follower stopped for 10 s costs the leader a line or two (one
+/// that says it is unreachable), no line is over 300 characters and none is openraft's; one line
+/// says when it is back.
+#[test]
+fn a_stopped_follower_gets_one_line_in_the_leaders_log_and_one_when_back() {
+    const MAX_LINE: usize = 300;
+    let mut cluster = Cluster::start_logging_at(NODES, "info");
+    let leader = cluster.wait_for_leader(Duration::from_secs(30));
+    // In office (its leases re-armed): the lines of taking office are behind us.
+    let mut c = Client::connect(cluster.addr(leader)).expect("connect");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !c
+        .call(&["FLOCK.ACQUIRE", "logs", "1000"])
+        .unwrap()
+        .starts_with(':')
+    {
+        assert!(Instant::now() < deadline, "no write on the leader");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let follower = (leader + 1) % NODES;
+    let follower_id = follower + 1;
+    let leader_log = |cluster: &Cluster| cluster.nodes[leader].as_ref().expect("leader").log();
+    let before = leader_log(&cluster).lines().count();
+    cluster.kill(follower); // SIGKILL, by its pid
+    std::thread::sleep(Duration::from_secs(10));
+    let log = leader_log(&cluster);
+    let new: Vec<&str> = log.lines().skip(before).collect();
+    let shown = new.join("\n");
+    assert!(
+        new.len() <= 5,
+        "{} lines in 10 s with a follower down:\n{shown}",
+        new.len()
+    );
+    let down = format!("node {follower_id} is unreachable");
+    assert_eq!(
+        new.iter().filter(|l| l.contains(&down)).count(),
+        1,
+        "one line says the follower is down:\n{shown}"
+    );
+    for line in log.lines() {
+        assert!(
+            line.chars().count() <= MAX_LINE,
+            "a line of {} characters: {line}",
+            line.chars().count()
+        );
+        assert!(!line.contains("openraft"), "openraft at info: {line}");
+    }
+    cluster.start_node(follower);
+    let back = format!("node {follower_id} at ");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let log = leader_log(&cluster);
+        let lines: Vec<&str> = log.lines().skip(before).collect();
+        let said = lines
+            .iter()
+            .filter(|l| l.contains(&back) && l.contains("reachable again"))
+            .count();
+        if said == 1 {
+            break;
+        }
+        assert!(
+            said == 0 && Instant::now() < deadline,
+            "{said} lines say the follower is back:\n{}",
+            lines.join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// `flockd ping` with node `i`'s settings: (success, what it printed).
 fn ping_node(cluster: &Cluster, i: usize) -> (bool, String) {
     let port = cluster.ports[i].to_string();

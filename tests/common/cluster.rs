@@ -57,7 +57,12 @@ pub struct Cluster {
     pub ports: Vec<u16>,
     /// More arguments for node `i`'s start, if any.
     pub extra_args: Vec<Vec<String>>,
+    /// Every node's `log-level`.
+    pub log_level: &'static str,
 }
+
+/// The `log-level` the cluster tests run at: openraft's warnings too, to help read a failure.
+const TEST_LOG_LEVEL: &str = "info,openraft=warn";
 
 impl Cluster {
     pub fn start(n: usize) -> Cluster {
@@ -70,8 +75,22 @@ impl Cluster {
         Self::start_with(founders, capacity, Vec::new())
     }
 
+    /// [`Cluster::start`] with every node at `log-level` `level` (as an operator runs it, say).
+    pub fn start_logging_at(n: usize, level: &'static str) -> Cluster {
+        Self::start_configured(n, n, Vec::new(), level)
+    }
+
     /// [`Cluster::start_of`], node `i` started with `extra_args[i]` too.
     pub fn start_with(founders: usize, capacity: usize, extra_args: Vec<Vec<String>>) -> Cluster {
+        Self::start_configured(founders, capacity, extra_args, TEST_LOG_LEVEL)
+    }
+
+    fn start_configured(
+        founders: usize,
+        capacity: usize,
+        extra_args: Vec<Vec<String>>,
+        log_level: &'static str,
+    ) -> Cluster {
         let ports = free_ports(2 * capacity);
         let dirs: Vec<TempDir> = (0..capacity)
             .map(|i| TempDir::new(&format!("cluster{i}")))
@@ -82,6 +101,7 @@ impl Cluster {
             founders,
             ports,
             extra_args,
+            log_level,
         };
         for i in 0..founders {
             cluster.start_node(i);
@@ -138,7 +158,7 @@ impl Cluster {
         let server = Server::try_spawn(
             self.dirs[i].path(),
             args,
-            &[("FLOCKD_LOG_LEVEL", "info,openraft=warn")],
+            &[("FLOCKD_LOG_LEVEL", self.log_level)],
         )
         .unwrap_or_else(|log| panic!("node {} did not start:\n{log}", i + 1));
         self.nodes[i] = Some(server);

@@ -171,6 +171,7 @@ class Node:
         self.dir = os.path.join(root, f"node{slot}")
         self.log_path = os.path.join(root, f"node{slot}.log")
         self.slow_file = os.path.join(root, f"node{slot}.sync-delay-ms")
+        self.extra_args = []  # more flags for every start (tests/faults/cutoff_leader.py)
         self.proc = None
 
     def addr(self):
@@ -179,7 +180,7 @@ class Node:
     def start(self, peers):
         os.makedirs(self.dir, exist_ok=True)
         cmd = [self.binary, "--bind", self.host, "--port", str(self.port), "--dir", self.dir,
-               "--node-id", str(self.id), "--cluster-peers", peers]
+               "--node-id", str(self.id), "--cluster-peers", peers] + self.extra_args
         if self.ns:
             cmd = ["ip", "netns", "exec", self.ns] + cmd  # ip execs flockd: the pid is flockd's
         env = dict(os.environ, FLOCKD_LOG_LEVEL="info,openraft=warn",

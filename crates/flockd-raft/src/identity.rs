@@ -129,15 +129,19 @@ impl Identities {
         match seen.get(&peer.node) {
             Some(dir) if *dir == peer.dir => return Ok(()),
             Some(dir) if self.is_member(peer.node) => {
+                // The dir ids go to DEBUG: the reason and the procedure keep the ERROR lines
+                // that carry them within the log's 300 characters.
+                tracing::debug!(
+                    node = peer.node,
+                    "dir id {:016x}, node {} knew {dir:016x}",
+                    peer.dir,
+                    self.me.node
+                );
                 return Err(format!(
-                    "node {n} is back with another data dir (dir id {new:016x}, node {me} knew \
-                     {old:016x}): it lost its dir and with it its vote, so it is refused. \
-                     Replace it under a new id: FLOCK.CLUSTER REMOVE {n} on the leader, start it \
-                     with a new node-id and an empty dir, then FLOCK.CLUSTER ADD it",
+                    "node {n} is back with another data dir, so without its vote: refused. \
+                     Replace it: FLOCK.CLUSTER REMOVE {n} on the leader, start it with a new \
+                     node-id and an empty dir, FLOCK.CLUSTER ADD it",
                     n = peer.node,
-                    new = peer.dir,
-                    old = dir,
-                    me = self.me.node,
                 ));
             }
             _ => {}

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flockd_core::Millis;
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
-use tracing::debug;
+use tracing::{debug, info, warn};
 
 use crate::dedup::Dedup;
 use crate::identity::{Identities, Identity};
@@ -193,6 +193,76 @@ pub struct PeerClient {
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
     /// When a refusal was last logged: openraft retries every heartbeat.
     refusal_logged: Mutex<Option<std::time::Instant>>,
+    /// What the log has said of this peer being reachable.
+    health: Mutex<Health>,
+}
+
+/// Failures to reach a peer for less than this are a blip (a lost connection made again at
+/// the next call, a heartbeat late on a busy machine), not worth a line.
+const DOWN_AFTER: Duration = Duration::from_secs(1);
+/// While a peer stays down, how often the log says so again.
+const DOWN_REMINDER: Duration = Duration::from_secs(60);
+
+/// A peer's reachability as the log tells it: one line when it goes down, a reminder at most
+/// once every [`DOWN_REMINDER`] while it stays down, one line when it is back. openraft retries
+/// every heartbeat (ten times a second); its own lines about it are at DEBUG.
+#[derive(Default)]
+struct Health {
+    /// When the current run of failed calls began; `None` while calls succeed.
+    failing_since: Option<Instant>,
+    /// Failed calls in the current run.
+    failures: u64,
+    /// When the log last said the peer is down; `None` unless it said so since it was up.
+    reported: Option<Instant>,
+}
+
+/// What the log says of a peer after a call.
+#[derive(Debug, PartialEq, Eq)]
+enum Say {
+    Down,
+    StillDown { down_for: Duration, failures: u64 },
+    Back { down_for: Duration, failures: u64 },
+}
+
+impl Health {
+    fn missed(&mut self, now: Instant) -> Option<Say> {
+        let since = *self.failing_since.get_or_insert(now);
+        self.failures += 1;
+        let down_for = now.saturating_duration_since(since);
+        let say = match self.reported {
+            None if down_for >= DOWN_AFTER => Say::Down,
+            Some(at) if now.saturating_duration_since(at) >= DOWN_REMINDER => Say::StillDown {
+                down_for,
+                failures: self.failures,
+            },
+            _ => return None,
+        };
+        self.reported = Some(now);
+        Some(say)
+    }
+
+    fn reached(&mut self, now: Instant) -> Option<Say> {
+        let since = self.failing_since.take()?;
+        let failures = std::mem::take(&mut self.failures);
+        self.reported.take()?;
+        Some(Say::Back {
+            down_for: now.saturating_duration_since(since),
+            failures,
+        })
+    }
+}
+
+/// A duration as the log shows it: `850 ms`, `12.3 s`, `4 min 10 s`.
+fn for_humans(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        format!("{:.1} s", d.as_secs_f64())
+    } else {
+        let s = d.as_secs();
+        format!("{} min {} s", s / 60, s % 60)
+    }
 }
 
 impl PeerClient {
@@ -209,6 +279,7 @@ impl PeerClient {
             identities,
             connection: tokio::sync::Mutex::new(None),
             refusal_logged: Mutex::new(None),
+            health: Mutex::new(Health::default()),
         }
     }
 
@@ -328,8 +399,42 @@ impl PeerClient {
 
     /// Sends `request` and waits up to `timeout` for its response.
     pub async fn call(&self, request: &Request, timeout: Duration) -> Result<Response, NetError> {
-        let connection = self.connected(timeout).await?;
-        self.call_on(&connection, request, timeout).await
+        let result = match self.connected(timeout).await {
+            Ok(connection) => self.call_on(&connection, request, timeout).await,
+            Err(e) => Err(e),
+        };
+        match &result {
+            // The peer answered (an error of its own is still an answer).
+            Ok(_) | Err(NetError::Remote(_) | NetError::Encode(_)) => self.reached(),
+            // A refusal has its own line (log_refusal); the peer is there.
+            Err(NetError::Refused(_)) => {}
+            Err(e) => self.missed(e),
+        }
+        result
+    }
+
+    fn reached(&self) {
+        if let Some(Say::Back { down_for, failures }) = self.health.lock().reached(Instant::now()) {
+            info!(
+                "node {} at {} is reachable again after {} ({failures} failed tries)",
+                self.node,
+                self.addr,
+                for_humans(down_for)
+            );
+        }
+    }
+
+    /// Every error but a refusal names the address.
+    fn missed(&self, e: &NetError) {
+        match self.health.lock().missed(Instant::now()) {
+            Some(Say::Down) => warn!("node {} is unreachable: {e} (retrying)", self.node),
+            Some(Say::StillDown { down_for, failures }) => warn!(
+                "node {} still unreachable after {} ({failures} failed tries): {e}",
+                self.node,
+                for_humans(down_for)
+            ),
+            _ => debug!(node = self.node, addr = %self.addr, "peer call failed: {e}"),
+        }
     }
 
     async fn call_on(
@@ -568,5 +673,60 @@ impl RaftNetworkV2<FlockRaft> for PeerNetwork {
             Ok(other) => Err(stream_err(unexpected(other))),
             Err(e) => Err(stream_err(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_down_is_told_once_then_once_a_minute_and_once_back() {
+        let mut health = Health::default();
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        assert_eq!(health.reached(at(0)), None, "up, and never said otherwise");
+        // a blip shorter than DOWN_AFTER says nothing, before or after
+        assert_eq!(health.missed(at(100)), None);
+        assert_eq!(health.missed(at(600)), None);
+        assert_eq!(health.reached(at(700)), None);
+        // down for 130 s, a try every 100 ms
+        let mut said = Vec::new();
+        for tick in 0..=1300u64 {
+            if let Some(say) = health.missed(at(1000 + tick * 100)) {
+                said.push((tick * 100, say));
+            }
+        }
+        assert_eq!(
+            said,
+            vec![
+                (1000, Say::Down),
+                (
+                    61_000,
+                    Say::StillDown {
+                        down_for: Duration::from_millis(61_000),
+                        failures: 611
+                    }
+                ),
+                (
+                    121_000,
+                    Say::StillDown {
+                        down_for: Duration::from_millis(121_000),
+                        failures: 1211
+                    }
+                ),
+            ]
+        );
+        assert_eq!(
+            health.reached(at(132_000)),
+            Some(Say::Back {
+                down_for: Duration::from_millis(131_000),
+                failures: 1301
+            })
+        );
+        assert_eq!(health.reached(at(132_100)), None, "back is said once");
+        assert_eq!(for_humans(Duration::from_millis(850)), "850 ms");
+        assert_eq!(for_humans(Duration::from_millis(12_340)), "12.3 s");
+        assert_eq!(for_humans(Duration::from_secs(250)), "4 min 10 s");
     }
 }

@@ -537,9 +537,14 @@ async fn take_office(node: Arc<Node>) {
 }
 
 impl Node {
+    /// `cluster-wait-leader-ms`: how long a command may wait for a leader to commit it.
+    fn wait_leader(&self) -> Duration {
+        Duration::from_millis(self.settings.wait_leader_ms)
+    }
+
     fn propose(self: &Arc<Self>, ops: Vec<Op>) -> oneshot::Receiver<Outcome> {
         let (seq, outcome) = self.pending.register();
-        let deadline = Instant::now() + Duration::from_millis(self.settings.wait_leader_ms);
+        let deadline = Instant::now() + self.wait_leader();
         tokio::spawn(self.clone().submit(seq, ops, deadline));
         outcome
     }
@@ -577,7 +582,15 @@ impl Node {
             };
             let leader = metrics.borrow_watched().current_leader;
             let outcome = match leader {
-                Some(id) if id == self.me.node => self.write_here(proposal).await,
+                // A leader cut off from the majority holds the entry until it commits or a
+                // newer leader's log replaces it (after the partition heals): the client is
+                // answered at its limit all the same. Should the entry commit later, its apply
+                // finds the seq answered and drops the result.
+                Some(id) if id == self.me.node => {
+                    tokio::time::timeout(deadline - now, self.write_here(proposal))
+                        .await
+                        .unwrap_or_else(|_| Forwarded::Failed(UNACKNOWLEDGED_WRITE.to_owned()))
+                }
                 Some(id) => {
                     tokio::select! {
                         outcome = self.forward(id, proposal, deadline - now) => outcome,
@@ -599,7 +612,7 @@ impl Node {
     }
 
     async fn read_point(&self) -> Result<Millis, ClusterError> {
-        let deadline = Instant::now() + Duration::from_millis(self.settings.wait_leader_ms);
+        let deadline = Instant::now() + self.wait_leader();
         let mut metrics = self.raft.metrics();
         let mut last_why = "no leader is known".to_owned();
         loop {
@@ -612,7 +625,11 @@ impl Node {
             }
             let leader = metrics.borrow_watched().current_leader;
             let point = match leader {
-                Some(id) if id == self.me.node => self.read_index_here().await,
+                Some(id) if id == self.me.node => {
+                    tokio::time::timeout(deadline - now, self.read_index_here())
+                        .await
+                        .unwrap_or_else(|_| ReadPoint::Failed(UNCONFIRMED_READ.to_owned()))
+                }
                 Some(id) => {
                     tokio::select! {
                         point = self.read_index_at(id, deadline - now) => point,
@@ -669,6 +686,10 @@ impl Node {
                     leader: f.leader_id,
                 }
             }
+            // openraft's text names every member: the reply keeps to the point.
+            Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_))) => {
+                ReadPoint::Failed(UNCONFIRMED_READ.to_owned())
+            }
             Err(e) => ReadPoint::Failed(e.to_string()),
         }
     }
@@ -696,11 +717,13 @@ impl Node {
         proposal.at = self.clock.now();
         match self.raft.client_write(proposal).await {
             Ok(_) => Forwarded::Committed,
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                Forwarded::NotLeader {
-                    leader: f.leader_id,
-                }
-            }
+            // Discarded: a newer leader's log replaced the entry here (it may have committed
+            // there all the same). Sent again with the same seq, it takes effect at most once.
+            Err(RaftError::APIError(
+                ClientWriteError::ForwardToLeader(f) | ClientWriteError::LogEntryDiscarded(f),
+            )) => Forwarded::NotLeader {
+                leader: f.leader_id,
+            },
             Err(e) => Forwarded::Failed(e.to_string()),
         }
     }
@@ -784,6 +807,14 @@ impl Node {
         }
     }
 }
+
+/// Why a write proposed on the leader got no answer in time: no majority acknowledged its entry
+/// (this leader is cut off, or the majority is slow). Its outcome is unknown: the entry stays in
+/// this leader's log and may still commit.
+const UNACKNOWLEDGED_WRITE: &str = "the leader got no majority to acknowledge it; its outcome is unknown, it may still take effect";
+
+/// Why the leader named no read point in time: no majority confirmed it still leads.
+const UNCONFIRMED_READ: &str = "the leader got no majority to confirm that it still leads";
 
 /// Why the last attempt found no leader to take it.
 fn not_leading(leader: Option<NodeId>) -> String {
@@ -881,8 +912,17 @@ impl PeerHandler for Node {
                     raft.handle_transfer_leader(rpc).await,
                     Response::TransferLeader,
                 ),
-                Request::Forward(proposal) => Response::Forwarded(self.write_here(proposal).await),
-                Request::ReadIndex => Response::ReadPoint(self.read_index_here().await),
+                // The asking node stops waiting at its own limit; this one does not wait longer.
+                Request::Forward(proposal) => Response::Forwarded(
+                    tokio::time::timeout(self.wait_leader(), self.write_here(proposal))
+                        .await
+                        .unwrap_or_else(|_| Forwarded::Failed(UNACKNOWLEDGED_WRITE.to_owned())),
+                ),
+                Request::ReadIndex => Response::ReadPoint(
+                    tokio::time::timeout(self.wait_leader(), self.read_index_here())
+                        .await
+                        .unwrap_or_else(|_| ReadPoint::Failed(UNCONFIRMED_READ.to_owned())),
+                ),
                 Request::SnapshotBegin { .. }
                 | Request::SnapshotChunk { .. }
                 | Request::SnapshotEnd { .. }
