@@ -151,6 +151,12 @@ fn mutual_tls_with_redis_cli_and_refusals_that_say_why() {
         !out.contains("PONG") && !out.is_empty(),
         "a client without a certificate got: {out}"
     );
+    // ... and is told why, in words redis-cli prints (a TLS alert shows as "Server closed the
+    // connection" there).
+    assert!(
+        out.contains("TLS client certificate required (tls-auth-clients yes)"),
+        "a client without a certificate got: {out}"
+    );
     // A client that trusts another CA refuses the server.
     let other = pki.p("other-ca.crt");
     let (_, out) = cli(

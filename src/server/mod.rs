@@ -553,6 +553,9 @@ async fn accept_on(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream
     }
 }
 
+/// What a client without a certificate reads on a port that requires one.
+const NO_CERTIFICATE_REPLY: &[u8] = b"-ERR TLS client certificate required (tls-auth-clients yes): connect with a certificate the server's CA signed (redis-cli --tls --cert FILE --key FILE)\r\n";
+
 /// How long a client has to finish the TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -583,7 +586,18 @@ async fn handshake(
         return None;
     }
     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => Some(tls),
+        Ok(Ok(flockd_tls::Accepted::Ready(tls))) => Some(tls),
+        Ok(Ok(flockd_tls::Accepted::NoCertificate(mut tls))) => {
+            // The words a TLS alert cannot carry to redis-cli, which shows an alert as "Server
+            // closed the connection": the client reads this as its first reply.
+            info!(%peer, "TLS handshake failed: peer sent no certificates");
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                let _ = tls.write_all(NO_CERTIFICATE_REPLY).await;
+                let _ = tls.shutdown().await;
+            })
+            .await;
+            None
+        }
         Ok(Err(e)) => {
             info!(%peer, "TLS handshake failed: {e}");
             None

@@ -311,30 +311,76 @@ pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsErr
 /// The acceptor new connections use; [`Acceptor::reload`] replaces it for connections made
 /// after, and open ones keep theirs.
 pub struct Acceptor {
-    current: ArcSwap<TlsAcceptor>,
+    current: ArcSwap<ClientPort>,
+}
+
+/// The client port's configuration and whether it insists on a client certificate.
+struct ClientPort {
+    acceptor: TlsAcceptor,
+    certificate_required: bool,
+}
+
+/// A finished handshake on the client port.
+pub enum Accepted<S> {
+    /// Serve it.
+    Ready(TlsStream<S>),
+    /// The client showed no certificate where `tls-auth-clients yes` asks for one. The
+    /// handshake let it through so that the server can say so in a RESP error the client
+    /// prints (a TLS alert shows as "Server closed the connection" in redis-cli); nothing it
+    /// sends is read.
+    NoCertificate(TlsStream<S>),
+}
+
+impl ClientPort {
+    /// With `tls-auth-clients yes` the handshake itself only refuses certificates the CA did
+    /// not sign; a missing one is refused after it, by [`Acceptor::accept`]'s caller.
+    fn new(settings: &TlsSettings) -> Result<ClientPort, TlsError> {
+        let certificate_required =
+            settings.auth_clients == AuthClients::Yes && settings.ca_cert_file.is_some();
+        let handshake = match certificate_required {
+            true => TlsSettings {
+                auth_clients: AuthClients::Optional,
+                ..settings.clone()
+            },
+            false => settings.clone(),
+        };
+        Ok(ClientPort {
+            acceptor: TlsAcceptor::from(server_config(&handshake)?),
+            certificate_required,
+        })
+    }
 }
 
 impl Acceptor {
     pub fn new(settings: &TlsSettings) -> Result<Acceptor, TlsError> {
         Ok(Acceptor {
-            current: ArcSwap::from_pointee(TlsAcceptor::from(server_config(settings)?)),
+            current: ArcSwap::from_pointee(ClientPort::new(settings)?),
         })
     }
 
     /// Reads the files again; on any error the acceptor in use stays.
     pub fn reload(&self, settings: &TlsSettings) -> Result<(), TlsError> {
-        let next = TlsAcceptor::from(server_config(settings)?);
+        let next = ClientPort::new(settings)?;
         self.current.store(Arc::new(next));
         Ok(())
     }
 
     /// The TLS handshake on `stream`, with the configuration in force now.
-    pub async fn accept<S>(&self, stream: S) -> std::io::Result<TlsStream<S>>
+    pub async fn accept<S>(&self, stream: S) -> std::io::Result<Accepted<S>>
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
-        let acceptor = self.current.load_full();
-        acceptor.accept(stream).await
+        let port = self.current.load_full();
+        let tls = port.acceptor.accept(stream).await?;
+        let shown = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .is_some_and(|c| !c.is_empty());
+        Ok(match port.certificate_required && !shown {
+            true => Accepted::NoCertificate(tls),
+            false => Accepted::Ready(tls),
+        })
     }
 }
 
