@@ -10,6 +10,10 @@ ARG BUILD_IMAGE=rust:1-slim-bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
 
 FROM ${BUILD_IMAGE} AS build
+# jemalloc (the allocator) is built from source by its -sys crate: it needs make, which the slim
+# Rust image may lack. Not pinned: whatever make the base's Debian release ships will do.
+# hadolint ignore=DL3008
+RUN command -v make >/dev/null || { apt-get update && apt-get install -y --no-install-recommends make && rm -rf /var/lib/apt/lists/*; }
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY crates ./crates

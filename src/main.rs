@@ -15,6 +15,11 @@ use clap::Parser;
 
 use config::{Cli, Tool};
 
+/// jemalloc: its statistics are counters, cheap to read for INFO and the metrics (see
+/// `server::stats::memory`), where glibc's had to walk the heap.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(Tool::CheckAof { fix, file }) = &cli.command {

@@ -552,8 +552,8 @@ impl LatencyMonitor {
 
 /// The process's memory, for INFO memory.
 pub struct Memory {
-    /// Bytes the allocator handed out and not got back (glibc's `mallinfo2`); the RSS where that
-    /// cannot be asked.
+    /// Bytes the allocator handed out and not got back (jemalloc's `stats.allocated`); the RSS
+    /// where that cannot be asked.
     pub used: u64,
     /// Resident set size, from /proc/self/statm.
     pub rss: u64,
@@ -591,19 +591,14 @@ pub async fn sample_memory(shared: Arc<Shared>) {
     }
 }
 
-/// glibc's own count of the bytes it has handed out: in use in every arena (`uordblks`) plus
-/// the chunks it mapped directly (`hblkhd`, allocations of 128 KiB and more).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// jemalloc's count of the bytes the program holds (`stats.allocated`), after moving its
+/// statistics epoch on (they are cached per epoch). Both are reads of per-arena counters, not a
+/// walk of the heap, and take no lock an allocating thread waits on for long.
 fn allocated_bytes() -> Option<u64> {
-    // SAFETY: mallinfo2 takes no arguments and only reads the allocator's bookkeeping (under
-    // its arena locks); it is there since glibc 2.33 (Debian 12 has 2.36).
-    let info = unsafe { libc::mallinfo2() };
-    Some((info.uordblks + info.hblkhd) as u64)
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn allocated_bytes() -> Option<u64> {
-    None
+    tikv_jemalloc_ctl::epoch::advance().ok()?;
+    tikv_jemalloc_ctl::stats::allocated::read()
+        .ok()
+        .map(|bytes| bytes as u64)
 }
 
 fn page_size() -> u64 {

@@ -72,9 +72,9 @@ started=$SECONDS
 debootstrap --variant=minbase bookworm "$WORK/rootfs" http://deb.debian.org/debian >"$WORK/debootstrap.log" 2>&1 \
     || { tail -n 20 "$WORK/debootstrap.log"; say "debootstrap failed"; exit 1; }
 tar -C "$WORK/rootfs" -c . | docker import - flockd-test/runtime:bookworm >/dev/null
-# The build image: the same Debian plus gcc (ring compiles C), this machine's CA bundle and
+# The build image: the same Debian plus gcc and make (ring and jemalloc compile C), this machine's CA bundle and
 # Rust toolchain (no Rust registry image to pull).
-{ chroot "$WORK/rootfs" apt-get update -qq && chroot "$WORK/rootfs" apt-get install -y -qq --no-install-recommends gcc libc6-dev ca-certificates; } >"$WORK/apt.log" 2>&1 \
+{ chroot "$WORK/rootfs" apt-get update -qq && chroot "$WORK/rootfs" apt-get install -y -qq --no-install-recommends gcc libc6-dev make ca-certificates; } >"$WORK/apt.log" 2>&1 \
     || { tail -n 20 "$WORK/apt.log"; say "apt-get in the build root failed"; exit 1; }
 cp /etc/ssl/certs/ca-certificates.crt "$WORK/rootfs/etc/ssl/certs/ca-certificates.crt"
 TOOLCHAIN="$(rustc --print sysroot)"
