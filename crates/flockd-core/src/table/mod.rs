@@ -5,14 +5,12 @@
 //! the deadline index and the counters for INFO. Every method that changes state is called by
 //! [`crate::StateMachine::apply`] (or by restore), in log order.
 
+mod deadlines;
 mod entry;
 mod multi;
 mod scan;
 #[cfg(test)]
 mod tests;
-
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 use bytes::Bytes;
 
@@ -21,6 +19,7 @@ use crate::scan_index::ScanIndex;
 use crate::shards::Shards;
 use crate::terms::{Mode, Terms};
 use crate::{Event, HoldingRef, MAX_TOKEN, Millis, WaitId};
+use deadlines::Deadlines;
 use entry::{EntryCtx, Holding, LockEntry, Waiter};
 pub(crate) use multi::AcquireAll;
 use multi::MultiWaiters;
@@ -112,7 +111,7 @@ pub(crate) struct LockTable {
     /// Lease deadlines: (deadline, name, the holding's first token). Items may be stale
     /// (renewed, released, another holding since); whoever pops one checks the entry. Derived
     /// from the entries, so not part of any snapshot.
-    deadlines: BinaryHeap<Reverse<(Millis, Bytes, u64)>>,
+    deadlines: Deadlines,
     /// FLOCK.ACQUIREALL waiters (state, in snapshots).
     multi: MultiWaiters,
     /// Every name's place in a FLOCK.SCAN walk (derived from `entries`).
@@ -164,12 +163,9 @@ impl LockTable {
     }
 
     fn push_deadline(&mut self, at: Millis, name: Bytes, first_token: u64) {
-        let earliest = self
-            .deadlines
-            .peek()
-            .is_none_or(|Reverse((first, _, _))| at < *first);
+        let earliest = self.deadlines.earliest().is_none_or(|first| at < first);
         self.deadline_moved_earlier |= earliest;
-        self.deadlines.push(Reverse((at, name, first_token)));
+        self.deadlines.push(at, name, first_token);
     }
 
     pub fn acquire(
@@ -477,7 +473,7 @@ impl LockTable {
     // ------------------------------------------------------------------------- deadline index
 
     pub fn next_deadline(&self) -> Option<Millis> {
-        self.deadlines.peek().map(|Reverse((at, _, _))| *at)
+        self.deadlines.earliest()
     }
 
     pub fn take_deadline_moved_earlier(&mut self) -> bool {
@@ -492,11 +488,7 @@ impl LockTable {
         // Pushed back only after the loop, or the same call would pop them again.
         let mut retries = Vec::new();
         while due.len() < limit {
-            match self.deadlines.peek() {
-                Some(Reverse((at, _, _))) if *at <= now => {}
-                _ => break,
-            }
-            let Some(Reverse((at, name, _))) = self.deadlines.pop() else {
+            let Some((at, name, _)) = self.deadlines.pop_due(now) else {
                 break;
             };
             let Some(entry) = self.entries.get_mut(&name) else {
@@ -515,29 +507,29 @@ impl LockTable {
                 // task then finds it once more.
                 let retry = at.plus(1);
                 entry.set_scheduled(retry.0);
-                retries.push(Reverse((retry, name, first)));
+                retries.push((retry, name, first));
             } else if let Some((deadline, first_token)) = entry.take_schedule() {
                 self.push_deadline(deadline, name, first_token);
             }
         }
-        self.deadlines.extend(retries);
+        for (at, name, first_token) in retries {
+            self.deadlines.push(at, name, first_token);
+        }
         due
     }
 
     /// Puts every holding's deadline into the index (after a restore).
     pub fn rebuild_deadlines(&mut self) {
         self.deadlines.clear();
-        let mut items = Vec::new();
         for shard in self.entries.shards_mut() {
             for (name, entry) in shard.iter_mut() {
                 entry.set_scheduled(0);
                 if let Some((deadline, first_token)) = entry.take_schedule() {
                     let name = Bytes::copy_from_slice(name.as_bytes());
-                    items.push(Reverse((deadline, name, first_token)));
+                    self.deadlines.push(deadline, name, first_token);
                 }
             }
         }
-        self.deadlines = BinaryHeap::from(items);
         self.deadline_moved_earlier = true;
     }
 
