@@ -1180,7 +1180,13 @@ fn replay_speed() {
         "generated {written} records ({size} bytes) in {:?}",
         started.elapsed()
     );
-    assert!(written >= target, "{written} records for {target} commands");
+    // One read's pipelined commands go to the log as one entry (one record of several ops), so
+    // there are fewer records than commands; what matters is that each came back (the
+    // counters checked below) and every record was replayed.
+    assert!(
+        written > 0 && written <= target,
+        "{written} records for {target} commands"
+    );
     drop(raw);
     stop_term(&mut server);
     let server = Server::start_in(dir.path(), &[]);

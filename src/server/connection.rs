@@ -36,15 +36,18 @@ const FLUSH_AFTER_REPLIES: usize = 1024;
 /// of `COMMAND DOCS` requests pin over 7 MiB of replies per client.
 const FLUSH_AFTER_BYTES: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
+/// The most argument bytes one batch of gathered ops holds before it is proposed.
+const BATCH_BYTES: usize = 1024 * 1024;
 /// How long a subscriber's messages may wait to be written together.
 const MESSAGE_COALESCING: Duration = Duration::from_millis(1);
 
 /// A reply in the making.
 enum ReplySlot {
     Ready(Reply),
-    /// A state command's op on its way through the log.
+    /// A state command's op on its way through the log, in batch `batch` (an index into the
+    /// connection's `proposals`); its result is that batch's next one.
     Proposed {
-        pending: Pending,
+        batch: usize,
         reply: fn(OpResult) -> Result<Reply, CommandError>,
         command: usize,
         started: Instant,
@@ -69,6 +72,15 @@ struct Connection<S> {
     pending_size: usize,
     /// Proposals in `pending` not resolved yet.
     in_flight: usize,
+    /// The ops of the state commands read since the last proposal: one read's pipelined
+    /// commands go to the log together, as one entry, with one wait for their results (a
+    /// proposal per op cost an allocation, a channel and a log entry each).
+    unproposed: Vec<Op>,
+    /// The batches proposed and not resolved yet, in order.
+    proposals: Vec<Pending>,
+    /// About how many bytes of arguments `unproposed` holds: a batch goes out once it holds
+    /// [`BATCH_BYTES`], so big values never add up to one oversized log entry.
+    unproposed_bytes: usize,
     conn: ConnState,
 }
 
@@ -99,6 +111,9 @@ where
         pending: Vec::new(),
         pending_size: 0,
         in_flight: 0,
+        unproposed: Vec::new(),
+        proposals: Vec::new(),
+        unproposed_bytes: 0,
         conn: ConnState {
             handle,
             protocol: ProtocolVersion::Resp2,
@@ -274,6 +289,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     async fn handle(&mut self, request: Request) -> std::io::Result<Next> {
         // For the slow log: parsing consumes the arguments.
         let args = stats::SlowArgs::capture(&self.shared, &request.args);
+        let request_bytes: usize = request.args.iter().map(Bytes::len).sum();
         let (index, command) = match admission::admit(&self.shared, &mut self.conn, request) {
             Admitted::Command { index, command } => (index, command),
             Admitted::Close(reply) => {
@@ -361,11 +377,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     return self.blocking(index, started, proposal, args).await;
                 }
                 let Proposal { op, reply, .. } = proposal;
-                let pending = self.shared.log.propose(vec![op]);
+                // The batch the op joins: the one being gathered (proposed below if full).
+                let batch = self.proposals.len();
+                self.unproposed.push(op);
+                self.unproposed_bytes += request_bytes;
+                if self.unproposed_bytes >= BATCH_BYTES {
+                    self.propose_gathered();
+                }
                 self.in_flight += 1;
                 self.pending.push(PendingReply {
                     slot: ReplySlot::Proposed {
-                        pending,
+                        batch,
                         reply,
                         command: index,
                         started,
@@ -401,18 +423,32 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         }
     }
 
+    /// Proposes the ops gathered since the last proposal, as one batch.
+    fn propose_gathered(&mut self) {
+        if !self.unproposed.is_empty() {
+            let ops = std::mem::take(&mut self.unproposed);
+            self.unproposed_bytes = 0;
+            self.proposals.push(self.shared.log.propose(ops));
+        }
+    }
+
     /// Waits for every proposal in `pending` and turns each result into its reply.
     async fn resolve(&mut self) {
         if self.in_flight == 0 {
             return;
         }
+        self.propose_gathered();
         self.shared.log.push();
+        let mut outcomes = Vec::with_capacity(self.proposals.len());
+        for pending in self.proposals.drain(..) {
+            outcomes.push(pending.await.map(Vec::into_iter));
+        }
         for item in &mut self.pending {
             let ReplySlot::Proposed { .. } = &item.slot else {
                 continue;
             };
             let ReplySlot::Proposed {
-                pending,
+                batch,
                 reply,
                 command,
                 started,
@@ -421,7 +457,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             else {
                 unreachable!("matched above");
             };
-            let outcome = pending.await;
+            // A batch's results come in the order of its ops, which is the order of the slots.
+            let outcome = match &mut outcomes[batch] {
+                Ok(results) => results
+                    .next()
+                    .ok_or_else(|| CommandError::UnexpectedResult("fewer results than ops".into())),
+                Err(e) => Err(CommandError::from(e.clone())),
+            };
             let slow = args.as_ref().map(|a| (a, &*self.conn.handle));
             let reply = reply_to(&self.shared, command, started, outcome, reply, slow);
             self.pending_size += approx_encoded_len(&reply);
@@ -557,8 +599,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     let outcome = results
                         .get_mut(result)
                         .and_then(Option::take)
-                        .map(|r| vec![r])
-                        .ok_or(ProposeError::ShuttingDown);
+                        .ok_or(CommandError::from(ProposeError::ShuttingDown));
                     replies.push(reply_to(
                         &self.shared,
                         command,
@@ -630,7 +671,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             };
             let Some(wait) = queued else {
                 let slow = args.as_ref().map(|a| (a, &*self.conn.handle));
-                let answer = reply_to(&self.shared, command, started, outcome, reply, slow);
+                let answer = reply_to(
+                    &self.shared,
+                    command,
+                    started,
+                    only_result(outcome),
+                    reply,
+                    slow,
+                );
                 self.push_ready(answer);
                 return Ok(Next::Continue);
             };
@@ -811,18 +859,24 @@ fn reply_to(
     shared: &Shared,
     command: usize,
     started: Instant,
-    outcome: Result<Vec<OpResult>, ProposeError>,
+    outcome: Result<OpResult, CommandError>,
     reply: fn(OpResult) -> Result<Reply, CommandError>,
     slow: Option<(&stats::SlowArgs, &ClientHandle)>,
 ) -> Reply {
     let stat = &shared.stats.commands[command];
     stats::account_call(shared, command, started, slow);
-    let result = match outcome {
-        Ok(mut results) if results.len() == 1 => reply(results.remove(0)),
+    outcome
+        .and_then(reply)
+        .unwrap_or_else(|e| Reply::error(stats::failed(stat, &e)))
+}
+
+/// The one result of a proposal of one op.
+fn only_result(outcome: Result<Vec<OpResult>, ProposeError>) -> Result<OpResult, CommandError> {
+    match outcome {
+        Ok(mut results) if results.len() == 1 => Ok(results.remove(0)),
         Ok(results) => Err(CommandError::UnexpectedResult(format!("{results:?}"))),
         Err(e) => Err(CommandError::from(e)),
-    };
-    result.unwrap_or_else(|e| Reply::error(stats::failed(stat, &e)))
+    }
 }
 
 enum Parked {
@@ -835,6 +889,13 @@ enum Parked {
 
 /// Roughly the wire size of a reply (headers counted generously), walked without recursion.
 fn approx_encoded_len(reply: &Reply) -> usize {
+    match reply {
+        Reply::Array(_) | Reply::Set(_) | Reply::Push(_) | Reply::Map(_) => {}
+        // Most replies: no walk, and no stack to allocate for one.
+        Reply::Simple(text) | Reply::Error(text) => return 16 + text.len(),
+        Reply::Bulk(data) | Reply::Verbatim(data) => return 16 + data.len(),
+        _ => return 16,
+    }
     let mut total = 0usize;
     let mut stack = vec![reply];
     while let Some(reply) = stack.pop() {
