@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the documentation's examples (docs/examples/) as written against a real flockd:
+# Runs the documentation's examples (docs/examples/) and the README's redis-py snippet
+# (test_readme_snippet.py) as written against a real flockd:
 #   Go with redigo, Node with ioredis and with node-redis, Python with redis-py,
 # plus the clients' own MULTI/EXEC APIs (tests/examples/multi.js). The Rust example runs in
 # `cargo test` (tests/examples.rs).
@@ -205,6 +206,18 @@ for name in "${NAMES[@]}"; do
         fail "$name: stops when fenced out" "exit code $RC (want 2)" "$OUT"
     fi
 done
+
+# The README's redis-py snippet as written, against a lock held past its WAIT (its own flockd).
+if python3 -c 'import redis, pytest' >/dev/null 2>&1; then
+    if OUT="$(FLOCKD_BIN="$FLOCKD_BIN" timeout 300 python3 -m pytest -q -s -p no:cacheprovider \
+        tests/examples/test_readme_snippet.py 2>&1)"; then
+        pass "README's redis-py snippet: null after its WAIT, one FLOCK.ACQUIRE ($(grep -m1 '^redis-py' <<<"$OUT"))"
+    else
+        fail "README's redis-py snippet: null after its WAIT, one FLOCK.ACQUIRE" "$OUT"
+    fi
+else
+    skip "README's redis-py snippet" "python3 cannot import redis and pytest (python3 -m pip install -U redis pytest)"
+fi
 
 if cli PING | grep -qx PONG; then pass "flockd still answers"; else fail "flockd still answers" "$(tail -n 20 "$WORK/flockd.log")"; fi
 
