@@ -100,6 +100,7 @@ def cluster():
 
 
 def test_redis_py_sentinel_follows_a_killed_leader(cluster):
+    print(f"redis-py {redis.__version__}")  # whatever `pip install -U redis` gave: never pinned
     old = cluster.leader()
     sentinel = Sentinel([("127.0.0.1", p) for p in cluster.ports], socket_timeout=2)
     assert sentinel.discover_master("flockd") == ("127.0.0.1", cluster.ports[old])
