@@ -140,6 +140,35 @@ def test_redis_py_sentinel_follows_a_killed_leader(cluster):
         f"flockd 127.0.0.1 {cluster.ports[old]} 127.0.0.1 {cluster.ports[new]}")
 
 
+def test_every_node_announces_each_leader_change(cluster):
+    """Each node publishes `+switch-master old new` for every leader change, the first one of a
+    new cluster included (a node that learned its first leader before the membership was applied
+    could not resolve that leader's address and stayed silent at the next change)."""
+    subscribers = []
+    for port in cluster.ports:
+        sub = redis.Redis(port=port, socket_timeout=10).pubsub()
+        sub.subscribe("+switch-master")
+        assert sub.get_message(timeout=5)["type"] == "subscribe"
+        subscribers.append(sub)
+    for _ in range(2):
+        old = cluster.leader()
+        target = (old + 1) % 3
+        redis.Redis(port=cluster.ports[old], socket_timeout=10).execute_command(
+            "FLOCK.CLUSTER", "LEADER", target + 1)
+        deadline = time.monotonic() + 20
+        while cluster.leader() != target:
+            assert time.monotonic() < deadline, "the leadership did not move"
+            time.sleep(0.1)
+        want = f"flockd 127.0.0.1 {cluster.ports[old]} 127.0.0.1 {cluster.ports[target]}"
+        for i, sub in enumerate(subscribers):
+            message = None
+            deadline = time.monotonic() + 10
+            while message is None and time.monotonic() < deadline:
+                message = sub.get_message(timeout=1)
+            assert message is not None, f"node {i + 1} announced no +switch-master ({want})"
+            assert message["data"].decode() == want, (i, message)
+
+
 def test_ioredis_sentinels_follow_a_killed_leader(cluster):
     script = os.path.join(HERE, "ioredis_failover.js")
     modules = os.path.join(ROOT, "tests", "examples", "node_modules", "ioredis")
