@@ -77,6 +77,9 @@ pub struct Shared {
     /// A stop was asked for (a signal, SHUTDOWN): `stopping::stop_when_asked` hands a leader's
     /// office over, then cancels `shutdown`.
     pub stopping: CancellationToken,
+    /// Set once a stopping leader has handed its office over: connections between commands are
+    /// closed, the port still accepts, until none is left or the drain's time is up.
+    pub draining: CancellationToken,
     pub started: Instant,
     pub local_addr: SocketAddr,
     /// Where this node answers as a Sentinel (`sentinel-port`).
@@ -195,6 +198,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         stats: ServerStats::default(),
         shutdown,
         stopping: CancellationToken::new(),
+        draining: CancellationToken::new(),
         started: Instant::now(),
         local_addr,
         tls,
