@@ -35,7 +35,7 @@ fn python_fenced_worker_runs() {
     for expected_token in 1..=2 {
         let out = Command::new("python3")
             .arg(script)
-            .env("FLOCKD_ADDR", server.addr.to_string())
+            .env("FLOCKD_URL", format!("redis://{}", server.addr))
             .output()
             .expect("run python3");
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -63,7 +63,7 @@ fn python_fenced_worker_runs() {
     assert_eq!(raw.call(&["FLOCK.ACQUIRE", "orders:42", "60000"]), ":3\r\n");
     let out = Command::new("python3")
         .arg(script)
-        .env("FLOCKD_ADDR", server.addr.to_string())
+        .env("FLOCKD_URL", format!("redis://{}", server.addr))
         .output()
         .expect("run python3");
     assert_eq!(
@@ -78,9 +78,9 @@ fn python_fenced_worker_runs() {
 #[test]
 fn rust_fenced_worker_runs() {
     let server = TestServer::start(&[]);
-    let addr = server.addr.to_string();
-    assert_eq!(fenced_worker::run(&addr).expect("first run"), 1);
-    assert_eq!(fenced_worker::run(&addr).expect("second run"), 2);
+    let url = format!("redis://{}", server.addr);
+    assert_eq!(fenced_worker::run(&url).expect("first run"), 1);
+    assert_eq!(fenced_worker::run(&url).expect("second run"), 2);
     let mut raw = server.raw();
     assert_eq!(
         raw.call(&["FENCE.GET", "res:orders:42"]),
@@ -88,7 +88,7 @@ fn rust_fenced_worker_runs() {
     );
     // A holder in the way: the worker queues and is served when the holder releases.
     assert_eq!(raw.call(&["FLOCK.ACQUIRE", "orders:42", "60000"]), ":3\r\n");
-    let worker = std::thread::spawn(move || fenced_worker::run(&addr));
+    let worker = std::thread::spawn(move || fenced_worker::run(&url));
     common::wait_until(Duration::from_secs(10), "the worker queued", || {
         raw.call(&["FLOCK.STATUS", "orders:42"])
             .contains("$7\r\nwaiters\r\n:1\r\n")

@@ -249,7 +249,7 @@ fn a_stale_holders_update_matches_no_row_from_rust_and_from_python() {
     let out = collect_output(
         Command::new("python3")
             .arg(script)
-            .env("FLOCKD_PORT", server.addr.port().to_string())
+            .env("FLOCKD_URL", format!("redis://{}", server.addr))
             .env("PG_DSN", &dsn)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -100,7 +100,7 @@ fn run_python(script: &str) -> RunOutput {
     let server = TestServer::start(&[]);
     let child = Command::new("python3")
         .args(["-c", script])
-        .env("FLOCKD_PORT", server.addr.port().to_string())
+        .env("FLOCKD_URL", format!("redis://{}", server.addr))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -47,7 +47,7 @@ impl LocalCommand for Shutdown {
             client = ctx.conn.handle.id,
             "SHUTDOWN requested by a client"
         );
-        ctx.shared.shutdown.cancel();
+        ctx.shared.stopping.cancel();
         Ok(Outcome::Close)
     }
 }

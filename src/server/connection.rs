@@ -82,6 +82,27 @@ struct Connection<S> {
     /// [`BATCH_BYTES`], so big values never add up to one oversized log entry.
     unproposed_bytes: usize,
     conn: ConnState,
+    /// Accepted while a stopping leader drains (`Shared::draining`): such a connection is closed
+    /// only once idle after real work, so a client that came back to this port is served first.
+    joined_while_draining: bool,
+    /// Has run a command other than connection setup (HELLO, AUTH, CLIENT, ...).
+    worked: bool,
+}
+
+/// What client libraries send while they set a connection up, before the work it is for.
+fn is_setup(name: &str) -> bool {
+    matches!(
+        name,
+        "hello"
+            | "auth"
+            | "client"
+            | "select"
+            | "ping"
+            | "echo"
+            | "command"
+            | "readonly"
+            | "readwrite"
+    )
 }
 
 enum Next {
@@ -124,6 +145,8 @@ where
             subscriptions: Default::default(),
             session_names: Default::default(),
         },
+        joined_while_draining: shared.draining.is_cancelled(),
+        worked: false,
     };
     if let Err(e) = connection.run().await {
         debug!(client = id, "connection ended: {e}");
@@ -176,6 +199,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             // Borrowed, not cloned: every connection cloning the one `Arc` per read or command
             // would bounce its reference count between cores.
             let (shared, handle) = (&self.shared, &self.conn.handle);
+            // While a stopping leader drains, a connection between commands is closed, so its
+            // client finds the new leader through its sentinels before its next command.
+            let idle = self.input.is_empty()
+                && self.pending.is_empty()
+                && self.conn.transaction.is_none()
+                && (!self.joined_while_draining || self.worked);
             let inbox = &mut self.conn.subscriptions.inbox;
             let message = tokio::select! {
                 read = self.stream.read_buf(&mut self.input) => {
@@ -185,6 +214,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 }
                 message = next_message(inbox) => message,
                 _ = shared.shutdown.cancelled() => return Ok(0),
+                _ = shared.draining.cancelled(), if idle => return Ok(0),
                 _ = handle.kill.cancelled() => return Ok(0),
             };
             if let Some(messages) = message {
@@ -306,6 +336,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
         };
         self.conn.handle.touch(index);
+        if !self.worked && !is_setup(TABLE[index].name) {
+            self.worked = true;
+        }
         if let Some(transaction) = &mut self.conn.transaction
             && !multi::runs_inside_multi(TABLE[index].name)
         {

@@ -23,6 +23,7 @@ pub mod pubsub;
 pub mod reconfigure;
 mod sentinel;
 pub mod stats;
+mod stopping;
 mod waiters;
 
 use std::net::SocketAddr;
@@ -73,6 +74,12 @@ pub struct Shared {
     pub monitors: monitor::Monitors,
     pub stats: ServerStats,
     pub shutdown: CancellationToken,
+    /// A stop was asked for (a signal, SHUTDOWN): `stopping::stop_when_asked` hands a leader's
+    /// office over, then cancels `shutdown`.
+    pub stopping: CancellationToken,
+    /// Set once a stopping leader has handed its office over: connections between commands are
+    /// closed, the port still accepts, until none is left or the drain's time is up.
+    pub draining: CancellationToken,
     pub started: Instant,
     pub local_addr: SocketAddr,
     /// Where this node answers as a Sentinel (`sentinel-port`).
@@ -191,6 +198,8 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         monitors: monitor::Monitors::default(),
         stats: ServerStats::default(),
         shutdown,
+        stopping: CancellationToken::new(),
+        draining: CancellationToken::new(),
         started: Instant::now(),
         local_addr,
         tls,
@@ -212,7 +221,11 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     let expiry = tokio::spawn(expiry::run(shared.clone()));
     tokio::spawn(reclaim_idle_names(shared.clone()));
     tokio::spawn(stats::sample_memory(shared.clone()));
-    tokio::spawn(watch_signals(shared.shutdown.clone()));
+    tokio::spawn(stopping::stop_when_asked(shared.clone()));
+    tokio::spawn(watch_signals(
+        shared.stopping.clone(),
+        shared.shutdown.clone(),
+    ));
     if shared.tls.is_some() {
         tokio::spawn(reload_tls_on_sighup(shared.clone()));
     }
@@ -726,7 +739,7 @@ async fn reclaim_idle_names(shared: Arc<Shared>) {
     }
 }
 
-async fn watch_signals(shutdown: CancellationToken) {
+async fn watch_signals(stopping: CancellationToken, shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
@@ -740,7 +753,7 @@ async fn watch_signals(shutdown: CancellationToken) {
         _ = int.recv() => info!("received SIGINT"),
         _ = shutdown.cancelled() => return,
     }
-    shutdown.cancel();
+    stopping.cancel();
 }
 
 #[cfg(test)]

@@ -20,9 +20,12 @@ pub async fn announce_leader_changes(shared: Arc<Shared>) {
             .map(|m| (m.peer.host.clone(), m.peer.port))
     };
     let mut known = cluster.view().leader;
-    // The last leader with an address: a change is announced from it, even across a time
-    // with no leader (an election), as Sentinel announces from the old master.
-    let mut last = known.and_then(|id| address(id).map(|a| (id, a)));
+    // The last leader seen, even across a time with no leader (an election), as Sentinel
+    // announces from the old master. Kept as an id and resolved only when a change is announced:
+    // a new cluster names its first leader before its membership (and so that leader's address)
+    // is applied, and an address looked up then was missing, which silenced this node's first
+    // `+switch-master` for good.
+    let mut last = known;
     loop {
         let next = tokio::select! {
             next = cluster.leader_changed(known) => next,
@@ -33,18 +36,25 @@ pub async fn announce_leader_changes(shared: Arc<Shared>) {
         }
         known = next;
         let Some(id) = next else { continue };
-        let Some(new) = address(id) else { continue };
-        if let Some((old_id, old)) = &last
-            && *old_id != id
+        if let Some(old_id) = last
+            && old_id != id
         {
-            let name = shared.config.load().sentinel_master_name.clone();
-            let payload = format!("{name} {} {} {} {}", old.0, old.1, new.0, new.1);
-            tracing::info!("leader changed: +switch-master {payload}");
-            shared
-                .host
-                .pubsub
-                .publish_message(SWITCH_MASTER, payload.as_bytes());
+            match (address(old_id), address(id)) {
+                (Some(old), Some(new)) => {
+                    let name = shared.config.load().sentinel_master_name.clone();
+                    let payload = format!("{name} {} {} {} {}", old.0, old.1, new.0, new.1);
+                    tracing::info!("leader changed: +switch-master {payload}");
+                    shared
+                        .host
+                        .pubsub
+                        .publish_message(SWITCH_MASTER, payload.as_bytes());
+                }
+                _ => tracing::warn!(
+                    "leader changed from node {old_id} to node {id}, but a member's address is \
+                     unknown here: no +switch-master"
+                ),
+            }
         }
-        last = Some((id, new));
+        last = Some(id);
     }
 }

@@ -83,7 +83,7 @@ got="$(printf 'PING\r\nFLOCK.ACQUIRE pipe:lock 30000\r\n' | cli --pipe)" || true
 if [[ "$got" == *"errors: 0, replies: 2"* ]]; then pass "redis-cli --pipe"; else fail "redis-cli --pipe" "errors: 0, replies: 2" "$got"; fi
 
 # --- (b) redis-py ---
-if FLOCKD_ADDR="127.0.0.1:$PORT" timeout 300 python3 -m pytest -q -p no:cacheprovider tests/compat/test_redis_py.py; then
+if FLOCKD_URL="redis://127.0.0.1:$PORT" timeout 300 python3 -m pytest -q -p no:cacheprovider tests/compat/test_redis_py.py; then
     pass "redis-py suite (pytest)"
 else
     fail "redis-py suite (pytest)" "pytest exit 0" "failures above"

@@ -1,14 +1,15 @@
-"""redis-py against a running flockd at FLOCKD_ADDR (host:port); run by tests/compat/run.sh."""
+"""redis-py against a running flockd at FLOCKD_URL (redis://host:port); run by tests/compat/run.sh."""
 
 import os
 import threading
 import uuid
+from urllib.parse import urlparse
 
 import pytest
 import redis
 
-HOST, PORT = os.environ.get("FLOCKD_ADDR", "127.0.0.1:6390").rsplit(":", 1)
-PORT = int(PORT)
+_URL = urlparse(os.environ.get("FLOCKD_URL", "redis://127.0.0.1:6390"))
+HOST, PORT = _URL.hostname, _URL.port
 
 
 def client(protocol=2, **kwargs):

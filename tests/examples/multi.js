@@ -1,17 +1,17 @@
 // MULTI/EXEC through the clients' own transaction APIs: ioredis `multi()` and node-redis
-// `multi()`. Run by tests/examples/run.sh:  FLOCKD_ADDR=127.0.0.1:PORT node multi.js ioredis|node-redis
+// `multi()`. Run by tests/examples/run.sh:  FLOCKD_URL=redis://127.0.0.1:PORT node multi.js ioredis|node-redis
 // Prints one line per check and exits non-zero on the first surprise.
 'use strict';
 const assert = require('node:assert/strict');
 
-const [host, port] = (process.env.FLOCKD_ADDR || '127.0.0.1:6390').split(':');
+const url = process.env.FLOCKD_URL || 'redis://127.0.0.1:6390';
 const which = process.argv[2];
 
 function ms(since) { return Date.now() - since; }
 
 async function ioredisChecks() {
   const Redis = require('ioredis');
-  const redis = new Redis({ host, port: Number(port), stringNumbers: true, maxRetriesPerRequest: 0 });
+  const redis = new Redis(url, { stringNumbers: true, maxRetriesPerRequest: 0 });
   try {
     // FLOCK.ACQUIRE inside MULTI: the token comes back in the EXEC reply.
     let res = await redis.multi()
@@ -73,7 +73,7 @@ async function ioredisChecks() {
 
 async function nodeRedisChecks() {
   const { createClient } = require('redis');
-  const client = createClient({ url: `redis://${host}:${port}`, socket: { reconnectStrategy: false } });
+  const client = createClient({ url, socket: { reconnectStrategy: false } });
   client.on('error', (err) => console.error('client error:', err.message));
   await client.connect();
   try {

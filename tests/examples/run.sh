@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the documentation's examples (docs/examples/) as written against a real flockd:
+# Runs the documentation's examples (docs/examples/) and the README's redis-py snippet
+# (test_readme_snippet.py) as written against a real flockd:
 #   Go with redigo, Node with ioredis and with node-redis, Python with redis-py,
 # plus the clients' own MULTI/EXEC APIs (tests/examples/multi.js). The Rust example runs in
 # `cargo test` (tests/examples.rs).
@@ -59,9 +60,21 @@ raise SystemExit(1 if bad or len(blocks) < 6 else 0)
 PY
 )"; then pass "docs/fencing.md shows the examples as they are ($OUT)"; else fail "docs/fencing.md shows the examples as they are" "$OUT"; fi
 
+# One name for the server's address in every example and client doc: FLOCKD_URL. (FLOCKD_PORT
+# is the server's own setting; an example reading it would move the server too.)
+if OUT="$(grep -rnE 'FLOCKD_(ADDR|PORT|HOST)\b' docs/examples docs/fencing.md docs/recipes.md \
+    docs/clients.md clients/python tests/examples --include='*.md' --include='*.py' \
+    --include='*.js' --include='*.go' --include='*.java' --include='*.rs' --include='*.sh' \
+    --exclude-dir=node_modules --exclude=run.sh)"; then
+    fail "examples read the address from FLOCKD_URL only" "$OUT"
+else
+    pass "examples read the address from FLOCKD_URL only"
+fi
+
 # --- flockd on a free loopback port ---
 start_flockd examples "$WORK"
-ADDR="127.0.0.1:$PORT"
+# every example reads the server address from FLOCKD_URL, a redis:// URL
+URL="redis://127.0.0.1:$PORT"
 
 cli() { timeout 20 redis-cli -h 127.0.0.1 -p "$PORT" "$@" 2>&1; }
 now_ms() { date +%s%3N; }
@@ -111,7 +124,7 @@ run_example() {
     start="$(now_ms)"
     RC=0
     # shellcheck disable=SC2086 # CMD holds a command line
-    OUT="$(FLOCKD_ADDR="$ADDR" FLOCKD_URL="redis://$ADDR" timeout 60 ${CMD[$1]} 2>&1)" || RC=$?
+    OUT="$(FLOCKD_URL="$URL" timeout 60 ${CMD[$1]} 2>&1)" || RC=$?
     ELAPSED_MS=$(($(now_ms) - start))
 }
 
@@ -139,7 +152,7 @@ for name in "${NAMES[@]}"; do
     # 2. The lock is held: the example queues (WAIT) and is served when the holder releases.
     holder="$(cli FLOCK.ACQUIRE "$LOCK" 60000)"
     # shellcheck disable=SC2086 # CMD holds a command line
-    FLOCKD_ADDR="$ADDR" FLOCKD_URL="redis://$ADDR" timeout 60 ${CMD[$name]} >"$WORK/queued.out" 2>&1 &
+    FLOCKD_URL="$URL" timeout 60 ${CMD[$name]} >"$WORK/queued.out" 2>&1 &
     bg=$!
     BG_PIDS+=("$bg")
     queued=""
@@ -176,7 +189,7 @@ done
 if [[ -n "$NODE_OK" ]]; then
     for lib in ioredis node-redis; do
         RC=0
-        OUT="$(FLOCKD_ADDR="$ADDR" timeout 60 node tests/examples/multi.js "$lib" 2>&1)" || RC=$?
+        OUT="$(FLOCKD_URL="$URL" timeout 60 node tests/examples/multi.js "$lib" 2>&1)" || RC=$?
         if [[ "$RC" == 0 ]]; then pass "node $lib: multi() / EXEC"; else fail "node $lib: multi() / EXEC" "$OUT"; fi
     done
 fi
@@ -193,6 +206,18 @@ for name in "${NAMES[@]}"; do
         fail "$name: stops when fenced out" "exit code $RC (want 2)" "$OUT"
     fi
 done
+
+# The README's redis-py snippet as written, against a lock held past its WAIT (its own flockd).
+if python3 -c 'import redis, pytest' >/dev/null 2>&1; then
+    if OUT="$(FLOCKD_BIN="$FLOCKD_BIN" timeout 300 python3 -m pytest -q -s -p no:cacheprovider \
+        tests/examples/test_readme_snippet.py 2>&1)"; then
+        pass "README's redis-py snippet: null after its WAIT, one FLOCK.ACQUIRE ($(grep -m1 '^redis-py' <<<"$OUT"))"
+    else
+        fail "README's redis-py snippet: null after its WAIT, one FLOCK.ACQUIRE" "$OUT"
+    fi
+else
+    skip "README's redis-py snippet" "python3 cannot import redis and pytest (python3 -m pip install -U redis pytest)"
+fi
 
 if cli PING | grep -qx PONG; then pass "flockd still answers"; else fail "flockd still answers" "$(tail -n 20 "$WORK/flockd.log")"; fi
 

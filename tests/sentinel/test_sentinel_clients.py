@@ -100,6 +100,7 @@ def cluster():
 
 
 def test_redis_py_sentinel_follows_a_killed_leader(cluster):
+    print(f"redis-py {redis.__version__}")  # whatever `pip install -U redis` gave: never pinned
     old = cluster.leader()
     sentinel = Sentinel([("127.0.0.1", p) for p in cluster.ports], socket_timeout=2)
     assert sentinel.discover_master("flockd") == ("127.0.0.1", cluster.ports[old])
@@ -137,6 +138,69 @@ def test_redis_py_sentinel_follows_a_killed_leader(cluster):
     assert message is not None, "no +switch-master"
     assert message["data"].decode() == (
         f"flockd 127.0.0.1 {cluster.ports[old]} 127.0.0.1 {cluster.ports[new]}")
+
+
+def test_redis_py_sentinel_follows_a_leader_stopped_with_sigterm(cluster):
+    """The docs' recipe when the leader is stopped as a newcomer stops it (`kill`, SIGTERM): the
+    lock taken before is renewed at once and the cycles go on. A leader that closed its port but
+    stayed the leader until it exited was still named by every node, and redis-py spent its
+    whole retry budget reconnecting to it: `Error 111 connecting to 127.0.0.1:<old port>.
+    Connection refused.` after 14 s. Now it hands the leadership over before it stops serving."""
+    print(f"redis-py {redis.__version__}")
+    old = cluster.leader()
+    sentinel = Sentinel([("127.0.0.1", p) for p in cluster.ports], socket_timeout=2)
+    master = sentinel.master_for(
+        "flockd", socket_timeout=5,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 30),
+        retry_on_error=[ConnectionError, TimeoutError, ClusterDownError])
+    held = master.execute_command("FLOCK.ACQUIRE", "py:sigterm:held", 30000)
+    assert isinstance(held, int), held
+    cluster.procs[old].send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert master.execute_command("FLOCK.RENEW", "py:sigterm:held", held, 30000) == 1
+    tokens = []
+    for _ in range(50):
+        assert time.monotonic() - started < 60
+        token = master.execute_command("FLOCK.ACQUIRE", "py:sigterm", 10000)
+        assert isinstance(token, int), token
+        assert master.execute_command("FLOCK.RELEASE", "py:sigterm", token) == 1
+        tokens.append(token)
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+    assert cluster.procs[old].wait(timeout=30) == 0
+    new = cluster.leader()
+    assert new != old
+    assert sentinel.discover_master("flockd") == ("127.0.0.1", cluster.ports[new])
+    log = open(os.path.join(cluster.root, f"node{old}.log")).read()
+    assert f"handed the leadership to node {new + 1}" in log, log[-3000:]
+
+
+def test_every_node_announces_each_leader_change(cluster):
+    """Each node publishes `+switch-master old new` for every leader change, the first one of a
+    new cluster included (a node that learned its first leader before the membership was applied
+    could not resolve that leader's address and stayed silent at the next change)."""
+    subscribers = []
+    for port in cluster.ports:
+        sub = redis.Redis(port=port, socket_timeout=10).pubsub()
+        sub.subscribe("+switch-master")
+        assert sub.get_message(timeout=5)["type"] == "subscribe"
+        subscribers.append(sub)
+    for _ in range(2):
+        old = cluster.leader()
+        target = (old + 1) % 3
+        redis.Redis(port=cluster.ports[old], socket_timeout=10).execute_command(
+            "FLOCK.CLUSTER", "LEADER", target + 1)
+        deadline = time.monotonic() + 20
+        while cluster.leader() != target:
+            assert time.monotonic() < deadline, "the leadership did not move"
+            time.sleep(0.1)
+        want = f"flockd 127.0.0.1 {cluster.ports[old]} 127.0.0.1 {cluster.ports[target]}"
+        for i, sub in enumerate(subscribers):
+            message = None
+            deadline = time.monotonic() + 10
+            while message is None and time.monotonic() < deadline:
+                message = sub.get_message(timeout=1)
+            assert message is not None, f"node {i + 1} announced no +switch-master ({want})"
+            assert message["data"].decode() == want, (i, message)
 
 
 def test_ioredis_sentinels_follow_a_killed_leader(cluster):

@@ -36,6 +36,20 @@ def test_a_lock_is_kept_past_its_lease_while_held(flockd_port):
     assert renew_calls(client.redis) >= 3
 
 
+def test_from_url_reads_the_address_as_the_examples_give_it(flockd_port):
+    client = Client.from_url(f"redis://127.0.0.1:{flockd_port}", socket_timeout=10)
+    with client.lock("from-url", lease=5.0) as lock:
+        assert lock.token == 1
+    assert client.redis.connection_pool.connection_kwargs["socket_timeout"] == 10
+    aclient = AsyncClient.from_url(f"redis://127.0.0.1:{flockd_port}")
+
+    async def take():
+        async with aclient.lock("from-url", lease=5.0) as alock:
+            return alock.token
+
+    assert asyncio.run(take()) == 2
+
+
 def test_renewals_stop_after_release(flockd_port):
     client = Client(port=flockd_port)
     lock = client.lock("r", lease=1.0)

@@ -2,7 +2,7 @@
 // golang-github-gomodule-redigo-dev): acquire a lock (waiting in line if it is held), do the
 // work guarded by the fencing token, release. Exits non-zero on anything unexpected.
 //
-//	FLOCKD_ADDR=127.0.0.1:6390 GO111MODULE=off GOPATH=/usr/share/gocode go run main.go
+//	FLOCKD_URL=redis://127.0.0.1:6390 GO111MODULE=off GOPATH=/usr/share/gocode go run main.go
 package main
 
 import (
@@ -24,14 +24,14 @@ const (
 func main() { os.Exit(run()) }
 
 func run() int {
-	addr := os.Getenv("FLOCKD_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6390"
+	url := os.Getenv("FLOCKD_URL")
+	if url == "" {
+		url = "redis://127.0.0.1:6390"
 	}
 	// A read timeout for ordinary commands; the blocking acquire gets its own, longer one below.
 	// On a timeout redigo closes the connection (it never retries), and flockd drops a waiter
 	// whose connection closed.
-	conn, err := redis.Dial("tcp", addr,
+	conn, err := redis.DialURL(url,
 		redis.DialConnectTimeout(5*time.Second),
 		redis.DialReadTimeout(5*time.Second),
 		redis.DialWriteTimeout(5*time.Second))

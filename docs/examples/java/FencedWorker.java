@@ -1,7 +1,9 @@
 // A fenced worker for flockd with Jedis (redis.clients:jedis 5.x): acquire a lock (waiting in
 // line if it is held), do the work guarded by the fencing token, release.
 //
-//   FLOCKD_ADDR=127.0.0.1:6390 java FencedWorker.java   (with jedis on the classpath)
+//   FLOCKD_URL=redis://127.0.0.1:6390 java FencedWorker.java   (with jedis on the classpath)
+
+import java.net.URI;
 
 import redis.clients.jedis.Jedis;
 import redis.clients.jedis.commands.ProtocolCommand;
@@ -23,11 +25,11 @@ public class FencedWorker {
     static final int WAIT_MS = 5_000;
 
     public static void main(String[] args) {
-        String[] addr = System.getenv().getOrDefault("FLOCKD_ADDR", "127.0.0.1:6390").split(":");
+        URI url = URI.create(System.getenv().getOrDefault("FLOCKD_URL", "redis://127.0.0.1:6390"));
         // 5 s connect and socket timeout for ordinary commands. sendBlockingCommand reads with the
         // blocking socket timeout instead (blockingSocketTimeoutMillis, default 0: no limit), so
         // the WAIT is not cut short; plain sendCommand would give up after 5 s.
-        try (Jedis jedis = new Jedis(addr[0], Integer.parseInt(addr[1]), 5_000)) {
+        try (Jedis jedis = new Jedis(url, 5_000)) {
             Object reply = jedis.sendBlockingCommand(Cmd.ACQUIRE, LOCK, "" + LEASE_MS, "WAIT", "" + WAIT_MS);
             if (reply == null) {
                 System.out.println("lock busy, giving up");

@@ -1,7 +1,7 @@
 // A fenced worker for flockd with ioredis (6.x): acquire a lock (waiting in line if it is held),
 // do the work guarded by the fencing token, release. Exits non-zero on anything unexpected.
 //
-//   FLOCKD_ADDR=127.0.0.1:6390 node fenced_worker.js
+//   FLOCKD_URL=redis://127.0.0.1:6390 node fenced_worker.js
 //
 // With `stringNumbers: true` integer replies arrive as strings ('7', not 7): tokens stay exact
 // beyond 2^53, so compare replies as strings and pass the token back as it came.
@@ -14,10 +14,7 @@ const LEASE_MS = 10000;
 const WAIT_MS = 5000;
 
 async function main() {
-  const [host, port] = (process.env.FLOCKD_ADDR || '127.0.0.1:6390').split(':');
-  const redis = new Redis({
-    host,
-    port: Number(port),
+  const redis = new Redis(process.env.FLOCKD_URL || 'redis://127.0.0.1:6390', {
     stringNumbers: true, // tokens are up to 2^63-1
     // A command timeout abandons the call but not the server's grant: keep it well above WAIT.
     commandTimeout: WAIT_MS + 5000,

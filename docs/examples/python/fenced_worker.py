@@ -1,7 +1,7 @@
 """A fenced worker for flockd, with redis-py.
 
 Acquire a lock (waiting in line if it is held), do the work guarded by the fencing token,
-and release. Run:  FLOCKD_ADDR=127.0.0.1:6390 python3 fenced_worker.py
+and release. Run:  FLOCKD_URL=redis://127.0.0.1:6390 python3 fenced_worker.py
 """
 
 import os
@@ -18,10 +18,8 @@ WAIT_MS = 5_000  # how long to wait in line for the lock
 
 
 def main() -> int:
-    host, port = os.environ.get("FLOCKD_ADDR", "127.0.0.1:6390").rsplit(":", 1)
-    r = redis.Redis(
-        host=host,
-        port=int(port),
+    r = redis.Redis.from_url(
+        os.environ.get("FLOCKD_URL", "redis://127.0.0.1:6390"),
         decode_responses=True,
         # redis-py 8 defaults to a 5 s socket timeout: the blocking acquire needs more than WAIT.
         socket_timeout=WAIT_MS / 1000 + 5,

@@ -2,7 +2,7 @@
 of a PostgreSQL table, each with its token; the holder whose lease ran out is fenced out (its
 UPDATE matches 0 rows) although it writes last.
 
-    FLOCKD_PORT=6390 PG_DSN="host=127.0.0.1 port=5432 user=flockd dbname=postgres" \\
+    FLOCKD_URL=redis://127.0.0.1:6390 PG_DSN="host=127.0.0.1 port=5432 user=flockd dbname=postgres" \\
         python3 docs/examples/python/postgres_fenced_update.py
 
 Needs the flockd package (pip install ./clients/python) and psycopg 3. Exits 0 when the stale
@@ -35,7 +35,7 @@ def write(db, status, token):
 
 
 def main():
-    port = int(os.environ.get("FLOCKD_PORT", 6390))
+    url = os.environ.get("FLOCKD_URL", "redis://127.0.0.1:6390")
     db = psycopg.connect(os.environ["PG_DSN"])
     with db.cursor() as cur:
         cur.execute("DROP TABLE IF EXISTS orders")
@@ -46,12 +46,12 @@ def main():
 
     # The stale holder: a plain acquire with a short lease and no renewal (a process that
     # stalls after taking the lock behaves the same).
-    r = redis.Redis(port=port, socket_timeout=10)
+    r = redis.Redis.from_url(url, socket_timeout=10)
     stale = r.execute_command("FLOCK.ACQUIRE", "orders:42", 300)
     assert write(db, "paid (stale holder, on time)", stale) == 1
     time.sleep(0.5)  # ... and its lease runs out
 
-    client = Client(port=port)
+    client = Client.from_url(url)
     with client.lock("orders:42", lease=30, wait=5) as lock:
         assert lock.token > stale
         assert write(db, "shipped", lock.token) == 1

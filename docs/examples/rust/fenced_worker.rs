@@ -1,7 +1,8 @@
 //! A fenced worker for flockd with the `redis` crate (sync API): acquire a lock (waiting in line
 //! if it is held), do the work guarded by the fencing token, release.
 //!
-//! `run("127.0.0.1:6390")` returns the token it worked with.
+//! `run("redis://127.0.0.1:6390")` (what `FLOCKD_URL` holds for the other examples) returns the
+//! token it worked with.
 
 use redis::RedisResult;
 
@@ -10,8 +11,8 @@ const RESOURCE: &str = "res:orders:42";
 const LEASE_MS: u64 = 10_000;
 const WAIT_MS: u64 = 5_000;
 
-pub fn run(addr: &str) -> RedisResult<u64> {
-    let client = redis::Client::open(format!("redis://{addr}/"))?;
+pub fn run(url: &str) -> RedisResult<u64> {
+    let client = redis::Client::open(url)?;
     let mut con = client.get_connection()?;
 
     // Blocks up to WAIT_MS; None (null reply) means the lock stayed busy.

@@ -12,6 +12,7 @@ import weakref
 
 import redis
 from redis.backoff import NoBackoff
+from redis.connection import parse_url
 from redis.retry import Retry
 
 __all__ = ["Client", "Lock", "LockLost", "LockNotAcquired"]
@@ -82,6 +83,21 @@ class ClientBase:
         self._kwargs = dict(host=host, port=port, **kwargs)
         self.redis = self.redis_class(**self._kwargs)
 
+    @classmethod
+    def from_url(cls, url, **kwargs):
+        """A client for the flockd at `url`: `redis://[user:pass@]host:port`, `rediss://` for
+        TLS, `unix://path` (what the examples read from `FLOCKD_URL`). `kwargs` as for the
+        constructor, and they win over the URL."""
+        parts = parse_url(url)
+        # parse_url names a connection class; the Redis constructor takes a flag or a path.
+        connection_class = parts.pop("connection_class", None)
+        if connection_class is not None and "SSL" in connection_class.__name__:
+            parts["ssl"] = True
+        if "path" in parts:
+            parts["unix_socket_path"] = parts.pop("path")
+        parts.update(kwargs)
+        return cls(**parts)
+
     def connection(self, timeout=None):
         """A client of its own (one connection), with `timeout` as its socket timeout."""
         kwargs = dict(self._kwargs)
@@ -126,7 +142,8 @@ class LockBase:
 
 
 class Client(ClientBase):
-    """Connections to one flockd: `Client(host, port, ...)` takes redis.Redis's arguments."""
+    """Connections to one flockd: `Client(host, port, ...)` takes redis.Redis's arguments;
+    `Client.from_url("redis://host:port")` takes a URL."""
 
 
 class Lock(LockBase):
