@@ -2,66 +2,28 @@
 //! name that is both comes with the fence keys), the TYPE filter, names coming and going
 //! meanwhile, and a cursor in the fence keys going on in a machine rebuilt from a snapshot.
 
+mod common;
+
 use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
+use common::Log;
 use flockd_core::keys::FENCE_SPACE;
-use flockd_core::{KeyType, Millis, Op, StateMachine};
+use flockd_core::{KeyType, StateMachine};
 
 fn name(i: usize) -> Bytes {
     Bytes::from(format!("key:{i}"))
 }
 
-struct Log {
-    sm: StateMachine,
-    pos: u64,
-}
-
 impl Log {
-    fn new() -> Log {
-        Log {
-            sm: StateMachine::new(),
-            pos: 0,
-        }
-    }
-
-    fn apply(&mut self, op: Op) {
-        self.pos += 1;
-        self.sm.apply(self.pos, Millis(1), &op);
-    }
-
-    /// A lock name with a counter above every earlier one (so above any floor).
-    fn lock(&mut self, i: usize) {
-        let token = self.pos + 1;
-        self.apply(Op::Advance {
-            name: name(i),
-            token,
-        });
-    }
-
-    fn forget(&mut self, i: usize) {
-        self.apply(Op::Forget {
-            names: vec![name(i)],
-        });
-    }
-
-    fn fence(&mut self, i: usize) {
-        self.apply(Op::FenceSet {
-            key: name(i),
-            token: 1,
-            value: Bytes::from_static(b"v"),
-            lock: None,
-        });
-    }
-
     /// Lock names 0..locks_end, fence keys fences_start..fences_end.
     fn with(locks_end: usize, fences: std::ops::Range<usize>) -> Log {
         let mut log = Log::new();
         for i in 0..locks_end {
-            log.lock(i);
+            log.create(name(i));
         }
         for i in fences {
-            log.fence(i);
+            log.fence(name(i));
         }
         log
     }
@@ -163,12 +125,12 @@ fn keys_that_stay_come_back_once_while_others_come_and_go() {
     let mut next_gone = 200;
     let (seen, _) = walk(&mut log, 0, 3, None, |log, _| {
         for _ in 0..4 {
-            log.lock(next_new);
-            log.fence(next_new + 1);
+            log.create(name(next_new));
+            log.fence(name(next_new + 1));
             next_new += 2;
         }
         if next_gone < 300 {
-            log.forget(next_gone);
+            log.forget(name(next_gone));
             next_gone += 1;
         }
     });

@@ -2,48 +2,16 @@
 //! through the walk at least once while names come and go and the shards grow, HELD, and the
 //! same cursor going on in a machine rebuilt from a snapshot.
 
+mod common;
+
 use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
+use common::Log;
 use flockd_core::{Millis, Op, ScanFilter, StateMachine, Terms};
 
 fn name(i: usize) -> Bytes {
     Bytes::from(format!("name:{i}"))
-}
-
-struct Log {
-    sm: StateMachine,
-    pos: u64,
-}
-
-impl Log {
-    fn new() -> Log {
-        Log {
-            sm: StateMachine::new(),
-            pos: 0,
-        }
-    }
-
-    fn apply(&mut self, op: Op) {
-        self.pos += 1;
-        self.sm.apply(self.pos, Millis(1), &op);
-    }
-
-    /// A name with a counter and no holding. The counter is above every earlier one, so above
-    /// the floor that forgetting raises.
-    fn create(&mut self, i: usize) {
-        let token = self.pos + 1;
-        self.apply(Op::Advance {
-            name: name(i),
-            token,
-        });
-    }
-
-    fn forget(&mut self, i: usize) {
-        self.apply(Op::Forget {
-            names: vec![name(i)],
-        });
-    }
 }
 
 /// The whole walk, `count` per call, calling `between` after each call; the names it returned
@@ -79,7 +47,7 @@ fn a_quiet_table_is_walked_once_each_name() {
     let mut log = Log::new();
     assert_eq!(log.sm.scan(0, 10, ScanFilter::All), (0, vec![]));
     for i in 0..5000 {
-        log.create(i);
+        log.create(name(i));
     }
     let (seen, calls) = walk(&mut log, 7, |_, _| {});
     assert_eq!(seen.len(), 5000);
@@ -93,15 +61,15 @@ fn names_that_stay_are_returned_while_others_come_and_go() {
     // 0..2000 stay the whole walk; 2000..4000 are forgotten during it; new ones come from 4000
     // on, enough to make every shard grow several times.
     for i in 0..4000 {
-        log.create(i);
+        log.create(name(i));
     }
     let mut next_new = 4000;
     let (seen, _) = walk(&mut log, 5, |log, call| {
         if call <= 2000 {
-            log.forget(2000 + call - 1);
+            log.forget(name(2000 + call - 1));
         }
         for _ in 0..10 {
-            log.create(next_new);
+            log.create(name(next_new));
             next_new += 1;
         }
     });
@@ -115,7 +83,7 @@ fn names_that_stay_are_returned_while_others_come_and_go() {
 fn held_returns_only_names_with_a_live_holding() {
     let mut log = Log::new();
     for i in 0..50 {
-        log.create(i);
+        log.create(name(i));
     }
     for i in (0..50).step_by(10) {
         log.apply(Op::Acquire {
@@ -147,7 +115,7 @@ fn held_returns_only_names_with_a_live_holding() {
 fn a_cursor_goes_on_in_a_machine_rebuilt_from_a_snapshot() {
     let mut log = Log::new();
     for i in 0..300 {
-        log.create(i);
+        log.create(name(i));
     }
     let (cursor, first) = log.sm.scan(0, 100, ScanFilter::All);
     assert_ne!(cursor, 0);
