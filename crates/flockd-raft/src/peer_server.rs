@@ -10,7 +10,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::identity::Identity;
-use crate::network::{Request, Response, frame, read_frame, write_all};
+use crate::network::{Request, Response, decode_request, frame, read_frame, write_all};
 use crate::state_machine::{MachineStore, SnapshotFile};
 use crate::transport::BoxFuture;
 use crate::transport::PeerStream;
@@ -70,7 +70,7 @@ pub async fn serve_connection(
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
-        let request = match postcard::from_bytes::<Request>(&body) {
+        let request = match decode_request(&body) {
             Ok(request) => request,
             Err(e) => {
                 let _ = send(&replies, id, &Response::Failed(format!("undecodable: {e}"))).await;
