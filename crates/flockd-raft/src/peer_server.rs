@@ -42,6 +42,15 @@ struct Receiving {
     received: u64,
 }
 
+impl Receiving {
+    /// A transfer that will not be installed: its file goes (else it stays until the next
+    /// snapshot or restart sweeps it, each up to [`MAX_SNAPSHOT`]).
+    async fn discard(self) {
+        drop(self.file);
+        let _ = tokio::fs::remove_file(&self.path).await;
+    }
+}
+
 pub async fn serve_connection(
     stream: PeerStream,
     handler: Arc<dyn PeerHandler>,
@@ -97,6 +106,10 @@ pub async fn serve_connection(
                 send(&replies, id, &Response::Failed(why.to_owned())).await;
             }
             Request::SnapshotBegin { transfer } => {
+                // A transfer begun anew means the sender gave up on the last one.
+                if let Some(abandoned) = receiving.take() {
+                    abandoned.discard().await;
+                }
                 let path = store.receiving_path(transfer);
                 let response = match tokio::fs::File::create(&path).await {
                     Ok(file) => {
@@ -157,9 +170,16 @@ pub async fn serve_connection(
                             };
                             handler.install(vote, meta, file).await
                         }
-                        Err(e) => Response::Failed(format!("{}: {e}", r.path.display())),
+                        Err(e) => {
+                            let why = format!("{}: {e}", r.path.display());
+                            r.discard().await;
+                            Response::Failed(why)
+                        }
                     },
-                    _ => {
+                    other => {
+                        if let Some(r) = other {
+                            r.discard().await;
+                        }
                         Response::Failed("a snapshot ended that was not received whole".to_owned())
                     }
                 };
@@ -182,7 +202,7 @@ pub async fn serve_connection(
     drop(replies);
     let _ = writing.await;
     if let Some(r) = receiving {
-        let _ = tokio::fs::remove_file(&r.path).await;
+        r.discard().await;
     }
     result
 }
