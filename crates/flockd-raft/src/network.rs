@@ -33,6 +33,8 @@ use crate::types::{FlockRaft, NodeId, Proposal, SnapshotMeta, Vote};
 
 /// The largest frame either side reads (a snapshot chunk or an append batch is far below).
 pub const MAX_FRAME: usize = 64 << 20;
+/// What a frame's buffer starts at before its bytes arrive (most frames are far smaller).
+const FRAME_PREALLOC: usize = 64 << 10;
 /// The least time a refused connect takes to be reported: it paces the retries to a dead peer.
 const FAILED_CONNECT_PACE: Duration = Duration::from_millis(100);
 /// Bytes of a snapshot sent per chunk.
@@ -150,9 +152,29 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<Option<(u
         ));
     }
     let id = r.read_u64().await?;
-    let mut body = vec![0u8; len - 8];
-    r.read_exact(&mut body).await?;
+    // The length is the peer's word: the buffer grows with the bytes that arrive, so a header
+    // that declares 64 MiB and then stalls or hangs up holds no more than it sent.
+    let want = len - 8;
+    let mut body = Vec::with_capacity(want.min(FRAME_PREALLOC));
+    let got = (&mut *r).take(want as u64).read_to_end(&mut body).await?;
+    if got < want {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("a peer frame ended after {got} of its {want} bytes"),
+        ));
+    }
     Ok(Some((id, body)))
+}
+
+/// A request's body as the serving side reads it. Public so that the fuzz targets run the very
+/// decode the cluster port runs.
+pub fn decode_request(body: &[u8]) -> Result<Request, postcard::Error> {
+    postcard::from_bytes(body)
+}
+
+/// A response's body as the dialing side reads it.
+pub fn decode_response(body: &[u8]) -> Result<Response, postcard::Error> {
+    postcard::from_bytes(body)
 }
 
 pub fn frame<T: Serialize>(id: u64, message: &T) -> Result<Vec<u8>, NetError> {
@@ -330,7 +352,7 @@ impl PeerClient {
             loop {
                 match read_frame(&mut reader).await {
                     Ok(Some((id, body))) => {
-                        let Ok(response) = postcard::from_bytes::<Response>(&body) else {
+                        let Ok(response) = decode_response(&body) else {
                             debug!(%addr, "undecodable response from a peer");
                             break;
                         };

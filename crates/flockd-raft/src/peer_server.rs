@@ -10,7 +10,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::identity::Identity;
-use crate::network::{Request, Response, frame, read_frame, write_all};
+use crate::network::{Request, Response, decode_request, frame, read_frame, write_all};
 use crate::state_machine::{MachineStore, SnapshotFile};
 use crate::transport::BoxFuture;
 use crate::transport::PeerStream;
@@ -42,6 +42,15 @@ struct Receiving {
     received: u64,
 }
 
+impl Receiving {
+    /// A transfer that will not be installed: its file goes (else it stays until the next
+    /// snapshot or restart sweeps it, each up to [`MAX_SNAPSHOT`]).
+    async fn discard(self) {
+        drop(self.file);
+        let _ = tokio::fs::remove_file(&self.path).await;
+    }
+}
+
 pub async fn serve_connection(
     stream: PeerStream,
     handler: Arc<dyn PeerHandler>,
@@ -70,7 +79,7 @@ pub async fn serve_connection(
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
-        let request = match postcard::from_bytes::<Request>(&body) {
+        let request = match decode_request(&body) {
             Ok(request) => request,
             Err(e) => {
                 let _ = send(&replies, id, &Response::Failed(format!("undecodable: {e}"))).await;
@@ -97,6 +106,10 @@ pub async fn serve_connection(
                 send(&replies, id, &Response::Failed(why.to_owned())).await;
             }
             Request::SnapshotBegin { transfer } => {
+                // A transfer begun anew means the sender gave up on the last one.
+                if let Some(abandoned) = receiving.take() {
+                    abandoned.discard().await;
+                }
                 let path = store.receiving_path(transfer);
                 let response = match tokio::fs::File::create(&path).await {
                     Ok(file) => {
@@ -157,9 +170,16 @@ pub async fn serve_connection(
                             };
                             handler.install(vote, meta, file).await
                         }
-                        Err(e) => Response::Failed(format!("{}: {e}", r.path.display())),
+                        Err(e) => {
+                            let why = format!("{}: {e}", r.path.display());
+                            r.discard().await;
+                            Response::Failed(why)
+                        }
                     },
-                    _ => {
+                    other => {
+                        if let Some(r) = other {
+                            r.discard().await;
+                        }
                         Response::Failed("a snapshot ended that was not received whole".to_owned())
                     }
                 };
@@ -182,7 +202,7 @@ pub async fn serve_connection(
     drop(replies);
     let _ = writing.await;
     if let Some(r) = receiving {
-        let _ = tokio::fs::remove_file(&r.path).await;
+        r.discard().await;
     }
     result
 }
