@@ -10,26 +10,9 @@ use common::TestServer;
 fn walk(
     conn: &mut redis::Connection,
     options: &[&str],
-    mut between: impl FnMut(&mut redis::Connection),
+    between: impl FnMut(&mut redis::Connection),
 ) -> HashMap<String, usize> {
-    let mut seen = HashMap::new();
-    let mut cursor = "0".to_string();
-    for _ in 0..100_000 {
-        let (next, names): (String, Vec<String>) = redis::cmd("FLOCK.SCAN")
-            .arg(&cursor)
-            .arg(options)
-            .query(conn)
-            .unwrap();
-        for n in names {
-            *seen.entry(n).or_insert(0) += 1;
-        }
-        if next == "0" {
-            return seen;
-        }
-        cursor = next;
-        between(conn);
-    }
-    panic!("the walk never ended");
+    common::scan_walk(conn, "FLOCK.SCAN", options, between).0
 }
 
 #[test]

@@ -67,28 +67,9 @@ fn populate(server: &TestServer, per_kind: usize) -> Keys {
 fn walk(
     conn: &mut redis::Connection,
     options: &[&str],
-    mut between: impl FnMut(&mut redis::Connection),
+    between: impl FnMut(&mut redis::Connection),
 ) -> (HashMap<String, usize>, Vec<u64>) {
-    let mut seen = HashMap::new();
-    let mut cursors = vec![];
-    let mut cursor = "0".to_string();
-    for _ in 0..100_000 {
-        let (next, names): (String, Vec<String>) = redis::cmd("SCAN")
-            .arg(&cursor)
-            .arg(options)
-            .query(conn)
-            .unwrap();
-        for n in names {
-            *seen.entry(n).or_insert(0) += 1;
-        }
-        if next == "0" {
-            return (seen, cursors);
-        }
-        cursors.push(next.parse().expect("a cursor fits in 64 bits"));
-        cursor = next;
-        between(conn);
-    }
-    panic!("the walk never ended");
+    common::scan_walk(conn, "SCAN", options, between)
 }
 
 fn redis_cli_installed() -> bool {

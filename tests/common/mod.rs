@@ -599,3 +599,33 @@ pub fn skipping(why: &str) {
     }
     println!("NOTICE: skipping: {why}");
 }
+
+/// A whole walk of a SCAN-style `command` (SCAN, FLOCK.SCAN) with `options`, calling `between`
+/// after each call: every name with how often it came back, and the cursors given.
+pub fn scan_walk(
+    conn: &mut redis::Connection,
+    command: &str,
+    options: &[&str],
+    mut between: impl FnMut(&mut redis::Connection),
+) -> (std::collections::HashMap<String, usize>, Vec<u64>) {
+    let mut seen = std::collections::HashMap::new();
+    let mut cursors = vec![];
+    let mut cursor = "0".to_string();
+    for _ in 0..100_000 {
+        let (next, names): (String, Vec<String>) = redis::cmd(command)
+            .arg(&cursor)
+            .arg(options)
+            .query(conn)
+            .unwrap();
+        for n in names {
+            *seen.entry(n).or_insert(0) += 1;
+        }
+        if next == "0" {
+            return (seen, cursors);
+        }
+        cursors.push(next.parse().expect("a cursor fits in 64 bits"));
+        cursor = next;
+        between(conn);
+    }
+    panic!("the {command} walk never ended");
+}

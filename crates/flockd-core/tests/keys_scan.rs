@@ -40,29 +40,10 @@ fn walk(
     cursor: u64,
     count: usize,
     only: Option<KeyType>,
-    mut between: impl FnMut(&mut Log, usize),
+    between: impl FnMut(&mut Log, usize),
 ) -> (HashMap<Bytes, usize>, Vec<u64>) {
-    let mut seen = HashMap::new();
-    let mut cursors = vec![];
-    let mut cursor = cursor;
-    for call in 1..=1_000_000 {
-        let (next, keys) = log.sm.scan_keys(cursor, count, only);
-        assert!(
-            keys.len() <= count + 2,
-            "{} keys for COUNT {count}",
-            keys.len()
-        );
-        for k in keys {
-            *seen.entry(k).or_insert(0) += 1;
-        }
-        if next == 0 {
-            return (seen, cursors);
-        }
-        cursors.push(next);
-        cursor = next;
-        between(log, call);
-    }
-    panic!("the walk never ended");
+    let scan = |sm: &StateMachine, cursor, count| sm.scan_keys(cursor, count, only);
+    common::walk_with(log, cursor, count, scan, between)
 }
 
 fn once_each(seen: HashMap<Bytes, usize>) -> BTreeSet<Bytes> {

@@ -17,29 +17,13 @@ fn name(i: usize) -> Bytes {
 /// The whole walk, `count` per call, calling `between` after each call; the names it returned
 /// with how often, and how many calls it took.
 fn walk(
-    sm: &mut Log,
+    log: &mut Log,
     count: usize,
-    mut between: impl FnMut(&mut Log, usize),
+    between: impl FnMut(&mut Log, usize),
 ) -> (HashMap<Bytes, usize>, usize) {
-    let mut seen = HashMap::new();
-    let mut cursor = 0;
-    for call in 1..=1_000_000 {
-        let (next, names) = sm.sm.scan(cursor, count, ScanFilter::All);
-        assert!(
-            names.len() <= count + 2,
-            "{} names for COUNT {count}",
-            names.len()
-        );
-        for n in names {
-            *seen.entry(n).or_insert(0) += 1;
-        }
-        if next == 0 {
-            return (seen, call);
-        }
-        cursor = next;
-        between(sm, call);
-    }
-    panic!("the walk never ended");
+    let scan = |sm: &StateMachine, cursor, count| sm.scan(cursor, count, ScanFilter::All);
+    let (seen, cursors) = common::walk_with(log, 0, count, scan, between);
+    (seen, cursors.len() + 1)
 }
 
 #[test]
