@@ -113,6 +113,18 @@ fn grants(file: &str, user: &str) -> Grants {
     grants
 }
 
+/// A server whose aclfile is the docs' users file: the file's text, its directory (removed when
+/// dropped) and the server.
+fn start_with_documented_users(tag: &str) -> (String, TempDir, Server) {
+    let file = documented_users_file();
+    let dir = TempDir::new(tag);
+    let acl_path = dir.path().join("users.acl");
+    std::fs::write(&acl_path, &file).unwrap();
+    let acl_arg = acl_path.display().to_string();
+    let server = Server::start_in(&dir.path().join("data"), &["--aclfile", &acl_arg]);
+    (file, dir, server)
+}
+
 /// Commands allowed before AUTH are not subject to rules, as in Redis (RESET is no-auth there too).
 const NO_AUTH: &[&str] = &["auth", "hello", "quit", "reset"];
 
@@ -128,12 +140,7 @@ const BREAKS_LOCKS: &[&str] = &[
 
 #[test]
 fn the_documented_users_run_every_command_of_their_categories_and_nothing_else() {
-    let file = documented_users_file();
-    let dir = TempDir::new("acl-categories");
-    let acl_path = dir.path().join("users.acl");
-    std::fs::write(&acl_path, &file).unwrap();
-    let acl_arg = acl_path.display().to_string();
-    let server = Server::start_in(&dir.path().join("data"), &["--aclfile", &acl_arg]);
+    let (file, _dir, server) = start_with_documented_users("acl-categories");
     let users: Vec<&str> = file
         .lines()
         .filter_map(|l| l.split_whitespace().nth(1))
@@ -219,12 +226,7 @@ fn the_documented_users_run_every_command_of_their_categories_and_nothing_else()
 
 #[test]
 fn a_service_user_cannot_break_or_rewrite_a_lock() {
-    let file = documented_users_file();
-    let dir = TempDir::new("acl-break");
-    let acl_path = dir.path().join("users.acl");
-    std::fs::write(&acl_path, &file).unwrap();
-    let acl_arg = acl_path.display().to_string();
-    let server = Server::start_in(&dir.path().join("data"), &["--aclfile", &acl_arg]);
+    let (file, _dir, server) = start_with_documented_users("acl-break");
     let mut orders = login(&server, "orders", &password_of(&file, "orders"));
     assert_eq!(
         orders.call(&["FLOCK.ACQUIRE", "orders:fr", "60000"]),
