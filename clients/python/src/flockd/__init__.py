@@ -188,7 +188,7 @@ class Lock(LockBase):
         self._threads.append(renewer)
         self._finalizer = weakref.finalize(
             self, _release_dropped, self._conn, self.name, self.token, self._stop,
-            self._pubsub, self._session)
+            self._session)
         return True
 
     def release(self):
@@ -249,11 +249,11 @@ class Lock(LockBase):
         self._threads.append(listener)
 
     def _close(self):
+        # The event thread closes its own subscription: closing it from here while that
+        # thread reads would hand its socket back to the pool under the reader.
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=2)
-        if self._pubsub is not None:
-            self._pubsub.close()
         if self._session and self._conn is not None:
             self._conn.close()
 
@@ -292,14 +292,27 @@ def _renew_loop(lock_ref, stop, renewed_at):
 def _event_loop(lock_ref, stop, pubsub, token):
     """Until stopped: an expiry or force-release of `token` on the lock's channel loses it, and
     so does the clock when the lease is about to run out (a renewal may hang on a dead
-    network; the Event is set all the same)."""
-    while not stop.is_set():
-        message = None
+    network; the Event is set all the same). The subscription is this thread's alone, and it
+    closes it on the way out."""
+    try:
+        _watch(lock_ref, stop, pubsub, token)
+    finally:
         if pubsub is not None:
             try:
-                message = pubsub.get_message(timeout=0.2)
+                pubsub.close()
+            except (redis.RedisError, OSError):
+                pass
+
+
+def _watch(lock_ref, stop, pubsub, token):
+    listening = pubsub
+    while not stop.is_set():
+        message = None
+        if listening is not None:
+            try:
+                message = listening.get_message(timeout=0.2)
             except (redis.RedisError, ValueError, OSError):
-                pubsub = None
+                listening = None
         elif stop.wait(0.2):
             return
         lock = lock_ref()
@@ -313,14 +326,13 @@ def _event_loop(lock_ref, stop, pubsub, token):
         del lock
 
 
-def _release_dropped(conn, name, token, stop, pubsub, own_connection):
-    """A lock dropped without release: stop its threads and give it back."""
+def _release_dropped(conn, name, token, stop, own_connection):
+    """A lock dropped without release: stop its threads (the event thread closes its
+    subscription) and give it back."""
     stop.set()
     try:
         conn.execute_command("FLOCK.RELEASE", name, token)
     except redis.RedisError:
         pass  # the lease runs out on its own
-    if pubsub is not None:
-        pubsub.close()
     if own_connection:
         conn.close()
