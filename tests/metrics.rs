@@ -9,10 +9,15 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use common::cluster::Cluster;
 use common::{TestServer, wait_until};
 
 fn metrics_addr(server: &TestServer) -> SocketAddr {
-    let log = server.log();
+    metrics_addr_in(&server.log())
+}
+
+/// The metrics address a server's log names.
+fn metrics_addr_in(log: &str) -> SocketAddr {
     let line = log
         .lines()
         .find(|l| l.contains("metrics on http://"))
@@ -254,4 +259,56 @@ fn oversized_slow_and_flooding_clients_are_cut_off() {
         status(&get(addr, "/livez")) == "HTTP/1.1 200 OK"
     });
     server.assert_alive();
+}
+
+#[test]
+fn a_cluster_node_has_the_raft_series() {
+    let metrics_port = vec!["--metrics-port".to_string(), "0".to_string()];
+    let mut cluster = Cluster::start_with(3, 3, vec![metrics_port; 3]);
+    let leader = cluster.wait_for_leader(Duration::from_secs(30));
+    let follower = (leader + 1) % 3;
+    let scrape = |cluster: &Cluster, i: usize| {
+        let log = cluster.nodes[i].as_ref().expect("running").log();
+        get(metrics_addr_in(&log), "/metrics")
+    };
+    // Through a follower: forwarded to the leader, and the proposal's time counted there.
+    cluster.call(follower, &["FLOCK.ACQUIRE", "metrics:raft", "60000"]);
+    let on_follower = scrape(&cluster, follower);
+    assert_eq!(sample(&on_follower, "flockd_raft_is_leader"), 0.0);
+    assert!(sample(&on_follower, "flockd_raft_term") >= 1.0);
+    assert!(sample(&on_follower, "flockd_raft_leader_changes_total") >= 1.0);
+    assert!(sample(&on_follower, "flockd_raft_forwarded_commands_total") >= 1.0);
+    assert!(sample(&on_follower, "flockd_raft_proposal_duration_seconds_count") >= 1.0);
+    assert!(sample(&on_follower, "flockd_raft_applied_index") >= 1.0);
+    assert!(sample(&on_follower, "flockd_memory_used_bytes") > 0.0);
+    assert!(sample(&on_follower, "flockd_memory_rss_bytes") > 0.0);
+    let on_leader = scrape(&cluster, leader);
+    assert_eq!(sample(&on_leader, "flockd_raft_is_leader"), 1.0);
+    assert!(sample(&on_leader, "flockd_raft_commit_index") >= 1.0);
+
+    // A new leader after the old one is killed: the survivors count the change.
+    let before = sample(
+        &scrape(&cluster, follower),
+        "flockd_raft_leader_changes_total",
+    );
+    cluster.kill(leader);
+    let next = cluster.wait_for_leader(Duration::from_secs(30));
+    assert_ne!(next, leader);
+    let after = sample(
+        &scrape(&cluster, follower),
+        "flockd_raft_leader_changes_total",
+    );
+    assert!(after > before, "leader changes {before} -> {after}");
+    assert_eq!(
+        sample(&scrape(&cluster, next), "flockd_raft_is_leader"),
+        1.0
+    );
+}
+
+#[test]
+fn a_single_node_has_no_raft_series() {
+    let server = TestServer::start(&["--metrics-port", "0"]);
+    let body = get(metrics_addr(&server), "/metrics");
+    assert!(!body.contains("flockd_raft_"), "{body}");
+    assert!(sample(&body, "flockd_memory_used_bytes") > 0.0);
 }

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
-use flockd_metrics::{CommandFigures, HistogramData, MetricsSnapshot, MetricsSource};
+use flockd_metrics::{CommandFigures, HistogramData, MetricsSnapshot, MetricsSource, RaftFigures};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -57,6 +57,24 @@ fn command_duration(stat: &stats::CommandStat) -> HistogramData {
         &stat.histogram.counts(),
         stats::read(&stat.usec) as f64 / 1e6,
     )
+}
+
+fn raft_figures(cluster: &flockd_raft::Cluster) -> RaftFigures {
+    let view = cluster.view();
+    let figures = cluster.figures();
+    RaftFigures {
+        term: view.term,
+        is_leader: view.role == flockd_raft::Role::Leader,
+        commit_index: view.commit_index,
+        applied_index: view.applied_index,
+        leader_changes: figures.leader_changes,
+        forwarded_commands: figures.forwarded_commands,
+        proposal_duration: HistogramData::from_counts(
+            flockd_raft::PROPOSAL_SECONDS_BOUNDS,
+            &figures.proposal_counts,
+            figures.proposal_seconds_sum,
+        ),
+    }
 }
 
 impl MetricsSource for DaemonMetrics {
@@ -114,6 +132,7 @@ impl MetricsSource for DaemonMetrics {
         };
         let aof = shared.aof.as_ref().map(|aof| aof.stats());
         let holds = &shared.host.holds;
+        let memory = stats::memory(&shared.stats);
         MetricsSnapshot {
             version,
             connected_clients: shared.clients.connected() as u64,
@@ -161,6 +180,9 @@ impl MetricsSource for DaemonMetrics {
             aof_size_bytes: aof.as_ref().map_or(0, |a| a.file_size),
             aof_rewrites: aof.as_ref().map_or(0, |a| a.rewrites),
             aof_write_errors: aof.as_ref().map_or(0, |a| a.write_errors),
+            memory_used_bytes: memory.used,
+            memory_rss_bytes: memory.rss,
+            raft: shared.cluster.as_ref().map(|cluster| raft_figures(cluster)),
         }
     }
 }

@@ -277,6 +277,62 @@ impl Collector for SnapshotCollector {
             "Failed writes or fsyncs of the append-only file",
             s.aof_write_errors,
         )?;
+        gauge(
+            e,
+            "flockd_memory_used_bytes",
+            "Memory the allocator handed out (INFO's used_memory)",
+            s.memory_used_bytes,
+        )?;
+        gauge(
+            e,
+            "flockd_memory_rss_bytes",
+            "Resident set size of the process (INFO's used_memory_rss)",
+            s.memory_rss_bytes,
+        )?;
+        if let Some(raft) = &s.raft {
+            gauge(
+                e,
+                "flockd_raft_term",
+                "The Raft term this node is in",
+                raft.term,
+            )?;
+            gauge(
+                e,
+                "flockd_raft_is_leader",
+                "1 while this node leads",
+                u64::from(raft.is_leader),
+            )?;
+            gauge(
+                e,
+                "flockd_raft_commit_index",
+                "Last log index this node knows committed",
+                raft.commit_index,
+            )?;
+            gauge(
+                e,
+                "flockd_raft_applied_index",
+                "Last log index applied to this node's lock table",
+                raft.applied_index,
+            )?;
+            counter(
+                e,
+                "flockd_raft_leader_changes",
+                "New leaders this node heard of",
+                raft.leader_changes,
+            )?;
+            counter(
+                e,
+                "flockd_raft_forwarded_commands",
+                "Commands this node sent on to the leader",
+                raft.forwarded_commands,
+            )?;
+            histogram(
+                e,
+                "flockd_raft_proposal_duration_seconds",
+                "From a change's proposal on this node to its commit (forwarding included)",
+                &raft.proposal_duration,
+            )?;
+        }
         Ok(())
     }
 }

@@ -9,4 +9,4 @@ mod snapshot;
 
 pub use exposition::{MetricsSource, registry, render};
 pub use http::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS, MAX_HEADER_BYTES, serve};
-pub use snapshot::{CommandFigures, HistogramData, MetricsSnapshot};
+pub use snapshot::{CommandFigures, HistogramData, MetricsSnapshot, RaftFigures};

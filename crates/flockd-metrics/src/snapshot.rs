@@ -94,6 +94,29 @@ pub struct MetricsSnapshot {
     pub aof_size_bytes: u64,
     pub aof_rewrites: u64,
     pub aof_write_errors: u64,
+    /// flockd_memory_used_bytes (what the allocator handed out, INFO's used_memory),
+    /// flockd_memory_rss_bytes (resident set, used_memory_rss)
+    pub memory_used_bytes: u64,
+    pub memory_rss_bytes: u64,
+    /// The flockd_raft_* series: only a cluster node has them.
+    pub raft: Option<RaftFigures>,
+}
+
+/// A cluster node's Raft figures.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RaftFigures {
+    /// flockd_raft_term, flockd_raft_is_leader, flockd_raft_commit_index,
+    /// flockd_raft_applied_index
+    pub term: u64,
+    pub is_leader: bool,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    /// flockd_raft_leader_changes_total: new leaders this node heard of
+    pub leader_changes: u64,
+    /// flockd_raft_forwarded_commands_total: commands sent on to the leader
+    pub forwarded_commands: u64,
+    /// flockd_raft_proposal_duration_seconds: from a command's proposal to its commit
+    pub proposal_duration: HistogramData,
 }
 
 #[cfg(test)]

@@ -11,10 +11,12 @@
 //!   or an in-memory network for in-process clusters); every connection starts with both
 //!   ends' [`identity`], so a member back with a wiped dir is refused.
 //! * [`node`]: a running node: proposing (forwarding to the leader, retrying after a leader
-//!   change), taking office, membership, and the view ROLE and INFO show.
+//!   change), taking office, membership, and the view ROLE and INFO show; [`figures`], what
+//!   it counts for the metrics port.
 
 pub mod dedup;
 pub mod error;
+pub mod figures;
 pub mod identity;
 pub mod log_store;
 pub mod network;
@@ -27,6 +29,7 @@ pub mod transport;
 pub mod types;
 
 pub use error::{ClusterError, StartError};
+pub use figures::{PROPOSAL_SECONDS_BOUNDS, RaftFiguresRead};
 pub use node::{Cluster, ClusterSettings, ClusterView, Member, Role};
 pub use peers::{Peer, parse_addr, parse_peers};
 pub use pending::Outcome;

@@ -20,6 +20,7 @@ use tokio::sync::{oneshot, watch};
 use tracing::{error, info, warn};
 
 use crate::error::{ClusterError, StartError};
+use crate::figures::{RaftFigures, RaftFiguresRead};
 use crate::identity::{Identities, Identity};
 use crate::log_store::{LogStore, node as basic_node};
 use crate::network::{Forwarded, NetworkFactory, Peers, ReadPoint, Request, Response};
@@ -139,6 +140,7 @@ struct Node {
     last_append: parking_lot::Mutex<Option<Instant>>,
     /// This node's dir id and the ones it saw of its peers.
     identities: Arc<Identities>,
+    figures: RaftFigures,
 }
 
 /// A running cluster node.
@@ -332,8 +334,10 @@ impl Cluster {
             in_office: std::sync::atomic::AtomicBool::new(false),
             last_append: parking_lot::Mutex::new(None),
             identities,
+            figures: RaftFigures::default(),
         });
         tokio::spawn(serve_peers(listener, node.clone()));
+        tokio::spawn(count_leader_changes(node.clone()));
         // The first start of the member with the smallest id in the peers forms the cluster
         // with them; every other new node waits to hear from a leader (the founders' first
         // replication, or FLOCK.CLUSTER ADD). Only one node proposing the first membership
@@ -428,6 +432,11 @@ impl Cluster {
 
     pub fn view(&self) -> ClusterView {
         self.node.view()
+    }
+
+    /// Leader changes seen, commands forwarded, proposal durations: for the metrics port.
+    pub fn figures(&self) -> RaftFiguresRead {
+        self.node.figures.read()
     }
 
     /// FLOCK.CLUSTER ADD: the node joins as a learner, catches up, then becomes a voter.
@@ -555,6 +564,7 @@ impl Node {
     async fn submit(self: Arc<Self>, seq: u64, ops: Vec<Op>, deadline: Instant) {
         let mut metrics = self.raft.metrics();
         let mut last_why = "no leader is known".to_owned();
+        let proposed = deadline - self.wait_leader();
         loop {
             if !self.pending.is_waiting(seq) {
                 return;
@@ -592,6 +602,7 @@ impl Node {
                         .unwrap_or_else(|_| Forwarded::Failed(UNACKNOWLEDGED_WRITE.to_owned()))
                 }
                 Some(id) => {
+                    self.figures.forwarded(ops.len());
                     tokio::select! {
                         outcome = self.forward(id, proposal, deadline - now) => outcome,
                         () = leader_moved_from(self.raft.metrics(), id) => {
@@ -603,7 +614,10 @@ impl Node {
             };
             match outcome {
                 // Applied on the leader: this node's own apply answers the client.
-                Forwarded::Committed => return,
+                Forwarded::Committed => {
+                    self.figures.proposal_committed(proposed.elapsed());
+                    return;
+                }
                 Forwarded::NotLeader { leader } => last_why = not_leading(leader),
                 Forwarded::Failed(why) => last_why = why,
             }
@@ -853,6 +867,19 @@ async fn news_of_a_leader(
 }
 
 /// The cluster port: one task per peer connection.
+/// Counts every new leader this node hears of (not the gaps without one), until it shuts down.
+async fn count_leader_changes(node: Arc<Node>) {
+    let mut metrics = node.raft.metrics();
+    let mut known = metrics.borrow_watched().current_leader;
+    while metrics.changed().await.is_ok() {
+        let current = metrics.borrow_watched().current_leader;
+        if current.is_some() && current != known {
+            node.figures.leader_changed();
+            known = current;
+        }
+    }
+}
+
 async fn serve_peers(mut listener: Box<dyn Listener>, node: Arc<Node>) {
     loop {
         let stream = match listener.accept().await {
