@@ -153,10 +153,10 @@ for _ in $(seq 1 150); do
 g = json.load(sys.stdin)["data"]["groups"]
 r = [x for grp in g for x in grp["rules"]]
 print(" ".join(sorted(x["name"] + ":" + x["health"] for x in r)))')"
-    [[ "$rules" == *FlockdDown:ok* && "$rules" == *FlockdFsyncSlow:ok* && "$rules" == *FlockdLeaseExpirationsSpiking:ok* ]] && break
+    [[ "$rules" == *FlockdClusterNoLeader:ok* && "$rules" == *FlockdDown:ok* && "$rules" == *FlockdFsyncSlow:ok* && "$rules" == *FlockdLeaderFlapping:ok* && "$rules" == *FlockdLeaseExpirationsSpiking:ok* ]] && break
     sleep 0.1
 done
-if [[ "$rules" == "FlockdDown:ok FlockdFsyncSlow:ok FlockdLeaseExpirationsSpiking:ok" ]]; then pass "alert rules evaluated: $rules"; else fail "alert rules evaluated" "got: $rules"; fi
+if [[ "$rules" == "FlockdClusterNoLeader:ok FlockdDown:ok FlockdFsyncSlow:ok FlockdLeaderFlapping:ok FlockdLeaseExpirationsSpiking:ok" ]]; then pass "alert rules evaluated: $rules"; else fail "alert rules evaluated" "got: $rules"; fi
 
 if cli PING | grep -qx PONG; then pass "flockd still answers"; else fail "flockd still answers" "$(tail -n 20 "$WORK/flockd.log")"; fi
 
