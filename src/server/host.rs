@@ -4,15 +4,13 @@
 //! the expiry task, hold times to the metrics, and, once the state machine's lock is released,
 //! the changes to pub/sub.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use bytes::Bytes;
 use flockd_aof::{Applier, Entry};
 use flockd_core::{
     AcquireAllResult, AcquireResult, Event, Millis, Op, OpResult, Snapshot, StateMachine,
 };
-use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tokio::sync::Notify;
 
 use super::hot::{Contention, HotLocks};
@@ -21,33 +19,25 @@ use super::stats::TimeHistogram;
 use super::waiters::{Grant, WaitRegistry};
 
 /// How long locks are held, from the events of applied ops (log time, so a hold's length is
-/// what the leases saw). Holds granted before this process started have no start here and are
-/// not measured.
+/// what the leases saw). Holdings restored from a snapshot have no known start and are not
+/// measured.
 #[derive(Default)]
 pub struct HoldTimes {
-    started: Mutex<HashMap<Bytes, Millis>>,
     pub released: TimeHistogram,
     pub expired: TimeHistogram,
     pub force_released: TimeHistogram,
 }
 
 impl HoldTimes {
-    fn observe(&self, event: &Event, at: Millis) {
-        let (name, ended) = match event {
-            Event::Granted { name, .. } => {
-                // A reentrant grant continues the hold it is part of.
-                self.started.lock().entry(name.clone()).or_insert(at);
-                return;
-            }
-            Event::Released {
-                name, free: true, ..
-            } => (name, &self.released),
-            Event::Expired { name, .. } => (name, &self.expired),
-            Event::ForceReleased { name, .. } => (name, &self.force_released),
+    fn observe(&self, event: &Event) {
+        let (held_ms, ended) = match event {
+            Event::Released { held_ms, .. } => (held_ms, &self.released),
+            Event::Expired { held_ms, .. } => (held_ms, &self.expired),
+            Event::ForceReleased { held_ms, .. } => (held_ms, &self.force_released),
             _ => return,
         };
-        if let Some(start) = self.started.lock().remove(name) {
-            ended.observe(Duration::from_millis(at.0.saturating_sub(start.0)));
+        if let Some(ms) = held_ms {
+            ended.observe(Duration::from_millis(*ms));
         }
     }
 }
@@ -87,9 +77,9 @@ impl StateHost {
     }
 
     /// Routes the events of one op; those to publish move to `publish` (when it is `Some`).
-    fn route(&self, events: &mut Vec<Event>, at: Millis, publish: &mut Option<Vec<Event>>) {
+    fn route(&self, events: &mut Vec<Event>, publish: &mut Option<Vec<Event>>) {
         for event in events.drain(..) {
-            self.holds.observe(&event, at);
+            self.holds.observe(&event);
             if let Event::Expired { name, .. } = &event {
                 self.hot
                     .record(name, Contention::Expired, std::time::Instant::now());
@@ -153,7 +143,7 @@ impl StateHost {
                     _ => {}
                 }
                 entry_results.push(result);
-                self.route(&mut events, entry.at, &mut publish);
+                self.route(&mut events, &mut publish);
             }
             results.push(entry_results);
         }

@@ -214,8 +214,8 @@ fn describe(event: &Event) -> Option<(&'static str, u64, &Bytes)> {
         Event::Granted { name, token, .. } => ("granted", *token, name),
         Event::Renewed { name, token } => ("renewed", *token, name),
         Event::Released { name, token, .. } => ("released", *token, name),
-        Event::Expired { name, token } => ("expired", *token, name),
-        Event::ForceReleased { name, token } => ("forcereleased", *token, name),
+        Event::Expired { name, token, .. } => ("expired", *token, name),
+        Event::ForceReleased { name, token, .. } => ("forcereleased", *token, name),
         // Each name of the grant has its own `Granted`.
         Event::WaitEnded { .. } | Event::AllGranted { .. } => return None,
     })

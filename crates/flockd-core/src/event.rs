@@ -16,33 +16,29 @@ pub enum Event {
     },
     /// A FLOCK.ACQUIREALL waiter was granted every name; each also has its own `Granted`
     /// (with no wait). `tokens` in the order of the names.
-    AllGranted {
-        wait: WaitId,
-        tokens: Vec<u64>,
-    },
+    AllGranted { wait: WaitId, tokens: Vec<u64> },
     /// A lease was reset; `token` is the holding's latest token.
-    Renewed {
-        name: Bytes,
-        token: u64,
-    },
-    /// A hold was released (`free`: the holding is gone).
+    Renewed { name: Bytes, token: u64 },
+    /// A hold was released (`free`: the holding is gone). `held_ms`, here and in the two
+    /// below: how long the holding lasted, from its grant to its end, when it ended and this
+    /// machine saw the grant (a holding restored from a snapshot has no known start).
     Released {
         name: Bytes,
         token: u64,
         free: bool,
+        held_ms: Option<u64>,
     },
     Expired {
         name: Bytes,
         token: u64,
+        held_ms: Option<u64>,
     },
     ForceReleased {
         name: Bytes,
         token: u64,
+        held_ms: Option<u64>,
     },
     /// A queued waiter left the queue without being granted (cancelled, or dropped by a
     /// re-arm).
-    WaitEnded {
-        name: Bytes,
-        wait: WaitId,
-    },
+    WaitEnded { name: Bytes, wait: WaitId },
 }

@@ -73,9 +73,17 @@ pub(super) struct Holding {
     pub grants: Vec<(WaitId, u64)>,
     /// The terms it was granted with; reentrant holds keep them.
     pub terms: Terms,
+    /// When it was granted (log time); `None` when restored from a snapshot, which does not
+    /// keep it. Only the hold-time metrics read it.
+    pub granted_at: Option<Millis>,
 }
 
 impl Holding {
+    /// How long it was held, ended at `at`, if its grant is known.
+    pub fn held_ms(&self, at: Millis) -> Option<u64> {
+        self.granted_at.map(|start| at.0.saturating_sub(start.0))
+    }
+
     pub fn owns(&self, token: u64) -> bool {
         self.first_token <= token && token <= self.token
     }
@@ -325,6 +333,7 @@ impl LockEntry {
         ctx.event(Event::Expired {
             name: ctx.name.clone(),
             token: holding.token,
+            held_ms: holding.held_ms(ctx.at),
         });
         let delay_end = holding.delay_end_if_lapsed();
         if delay_end > ctx.at {
@@ -504,6 +513,7 @@ impl LockEntry {
             deadline: ctx.at.plus(lease_ms),
             grants: wait.map(|w| (w, token)).into_iter().collect(),
             terms,
+            granted_at: Some(ctx.at),
         };
         self.push_holding(holding, ctx.counters);
         ctx.event(Event::Granted {
@@ -655,13 +665,16 @@ impl LockEntry {
         holding.holds = holding.holds.saturating_sub(1);
         let (holds_left, latest) = (holding.holds, holding.token);
         let free = holds_left == 0;
-        if free {
-            self.remove_holding(index, ctx.counters);
-        }
+        let held_ms = if free {
+            self.remove_holding(index, ctx.counters).held_ms(ctx.at)
+        } else {
+            None
+        };
         ctx.event(Event::Released {
             name: ctx.name.clone(),
             token: latest,
             free,
+            held_ms,
         });
         if free {
             self.handover(ctx);
@@ -684,6 +697,7 @@ impl LockEntry {
             ctx.event(Event::ForceReleased {
                 name: ctx.name.clone(),
                 token: holding.token,
+                held_ms: holding.held_ms(ctx.at),
             });
             if holding.terms.lock_delay_ms > 0 {
                 self.set_delay_until(ctx.at.plus(holding.terms.lock_delay_ms));
@@ -715,6 +729,7 @@ impl LockEntry {
                 name: ctx.name.clone(),
                 token: holding.token,
                 free: true,
+                held_ms: holding.held_ms(ctx.at),
             });
             ended += 1;
         }

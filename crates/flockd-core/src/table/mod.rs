@@ -666,6 +666,7 @@ impl LockTable {
                     deadline: *deadline,
                     grants: grants.clone(),
                     terms: *terms,
+                    granted_at: None,
                 };
                 entry.push_holding(holding, &mut self.counters);
             }

@@ -46,6 +46,7 @@ fn released(token: u64, free: bool) -> Event {
         name: name(),
         token,
         free,
+        held_ms: None,
     }
 }
 
@@ -53,6 +54,18 @@ fn expired(token: u64) -> Event {
     Event::Expired {
         name: name(),
         token,
+        held_ms: None,
+    }
+}
+
+fn without_hold_times(events: &mut [Event]) {
+    for event in events {
+        if let Event::Released { held_ms, .. }
+        | Event::Expired { held_ms, .. }
+        | Event::ForceReleased { held_ms, .. } = event
+        {
+            *held_ms = None;
+        }
     }
 }
 
@@ -82,9 +95,13 @@ impl Log {
         Self::default()
     }
 
+    /// Applies `op`; the events come back without their hold times, which
+    /// `hold_times_run_from_the_grant_to_the_end_of_the_holding` checks on their own.
     fn apply(&mut self, at: u64, op: Op) -> Applied {
         self.pos += 1;
-        self.sm.apply(self.pos, t(at), &op)
+        let mut applied = self.sm.apply(self.pos, t(at), &op);
+        without_hold_times(&mut applied.events);
+        applied
     }
 
     fn acquire_on(
@@ -931,7 +948,8 @@ fn force_release_hands_over_to_the_next_waiter() {
             events: vec![
                 Event::ForceReleased {
                     name: name(),
-                    token: 1
+                    token: 1,
+                    held_ms: None,
                 },
                 granted(2, Some(w))
             ]
@@ -963,7 +981,8 @@ fn a_disconnected_waiter_is_removed_and_never_granted() {
         vec![
             Event::ForceReleased {
                 name: name(),
-                token: 1
+                token: 1,
+                held_ms: None,
             },
             granted(2, Some(w2))
         ],
@@ -1110,6 +1129,7 @@ fn wait_ids_of_one_entry_are_its_position_and_op_index() {
         ),
         OpResult::Release(Ok(true))
     );
+    without_hold_times(&mut events);
     assert_eq!(events, vec![released(1, true), granted(2, Some(w0))]);
     assert_eq!(l.sm.position(), 2);
     // The second waiter is still queued, under its own id.
@@ -1283,7 +1303,8 @@ fn force_release_removes_every_hold() {
             result: OpResult::ForceRelease(1),
             events: vec![Event::ForceReleased {
                 name: name(),
-                token: 2
+                token: 2,
+                held_ms: None,
             }]
         }
     );
@@ -2080,7 +2101,8 @@ fn rearm_expires_a_lease_that_had_run_out_before_it() {
         applied.events,
         vec![Event::Expired {
             name: b("a"),
-            token: 1
+            token: 1,
+            held_ms: None,
         }]
     );
     assert_eq!(l.sm.ttl(b"a", t(100)), -2);
@@ -2115,4 +2137,53 @@ fn a_name_at_the_token_cap_is_never_forgotten() {
     // The floor did not reach the cap: other names can still be granted.
     assert_eq!(l.sm.token_floor(), 3);
     assert_eq!(l.grant_on(b"other", 2, 100, None), 4);
+}
+
+#[test]
+fn hold_times_run_from_the_grant_to_the_end_of_the_holding() {
+    let mut sm = StateMachine::new();
+    let ends = |applied: Applied| -> Vec<Option<u64>> {
+        applied
+            .events
+            .into_iter()
+            .filter_map(|event| match event {
+                Event::Released { held_ms, .. }
+                | Event::Expired { held_ms, .. }
+                | Event::ForceReleased { held_ms, .. } => Some(held_ms),
+                _ => None,
+            })
+            .collect()
+    };
+    let acquire = |name: &'static str, lease_ms: u64| Op::Acquire {
+        name: b(name),
+        lease_ms,
+        owner: Some(b("me")),
+        wait: false,
+        terms: Terms::default(),
+    };
+    // Released: a reentrant hold keeps the first grant's start, and only the last release
+    // (the holding's end) carries the time.
+    sm.apply(1, t(100), &acquire("r", 10_000));
+    sm.apply(2, t(150), &acquire("r", 10_000));
+    let release = |token| Op::Release {
+        name: b("r"),
+        token,
+    };
+    assert_eq!(ends(sm.apply(3, t(400), &release(2))), vec![None]);
+    assert_eq!(ends(sm.apply(4, t(700), &release(2))), vec![Some(600)]);
+    // Expired: from the grant to the op that found the lease over.
+    sm.apply(5, t(1_000), &acquire("e", 50));
+    assert_eq!(
+        ends(sm.apply(6, t(1_080), &acquire("e", 50))),
+        vec![Some(80)]
+    );
+    // Force-released.
+    sm.apply(7, t(2_000), &acquire("f", 10_000));
+    let force = Op::ForceRelease { name: b("f") };
+    assert_eq!(ends(sm.apply(8, t(2_250), &force)), vec![Some(250)]);
+    // Restored from a snapshot: the start is not kept, so the end is not measured.
+    sm.apply(9, t(3_000), &acquire("s", 10_000));
+    let mut restored = rebuild(&sm.snapshot());
+    let force = Op::ForceRelease { name: b("s") };
+    assert_eq!(ends(restored.apply(10, t(3_500), &force)), vec![None]);
 }
