@@ -3,103 +3,19 @@
 //! rounds that rotate which goes first. Every process is stopped by pid when its guard drops.
 
 use std::fmt::Write as _;
-use std::fs::{self, File};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[cfg(feature = "etcd")]
 use crate::etcd;
+use crate::members::ClusterGuard;
 use crate::paired::median;
 use crate::report;
 use crate::resp::{Arg, Conn, Reply};
 use crate::servers::{self, Kind, Target, cpu_ms};
 use crate::workloads::{self, RunResult, Workload};
-
-/// The processes of one cluster (flockd or etcd), stopped by pid and their directories removed
-/// when it drops.
-pub struct ClusterGuard {
-    children: Vec<Child>,
-    dirs: Vec<PathBuf>,
-    addrs: Vec<SocketAddr>,
-}
-
-impl ClusterGuard {
-    /// A guard for members that will serve clients on `addrs`, in that order.
-    pub fn new(addrs: Vec<SocketAddr>) -> ClusterGuard {
-        ClusterGuard {
-            children: Vec::new(),
-            dirs: Vec::new(),
-            addrs,
-        }
-    }
-
-    /// Takes over a started member and its data directory.
-    pub fn adopt(&mut self, child: Child, dir: PathBuf) {
-        self.children.push(child);
-        self.dirs.push(dir);
-    }
-
-    #[cfg(feature = "etcd")]
-    pub fn addrs(&self) -> &[SocketAddr] {
-        &self.addrs
-    }
-
-    pub fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(Child::id).collect()
-    }
-
-    /// A guard for `n` members on free loopback ports: the guard (whose addrs are the client
-    /// ports), the client ports and the peer ports.
-    pub fn on_free_ports(n: usize) -> Result<(ClusterGuard, Vec<u16>, Vec<u16>), String> {
-        let mut ports = Vec::new();
-        for _ in 0..2 * n {
-            ports.push(servers::free_port().map_err(|e| format!("no free port: {e}"))?);
-        }
-        let peer_ports = ports.split_off(n);
-        let guard = ClusterGuard::new(
-            ports
-                .iter()
-                .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
-                .collect(),
-        );
-        Ok((guard, ports, peer_ports))
-    }
-
-    /// A fresh data directory for member `i` of a `tag` cluster, and the file its log goes to.
-    pub fn member_dir(tag: &str, i: usize) -> Result<(PathBuf, File), String> {
-        let dir =
-            std::env::temp_dir().join(format!("flockd-bench-{}-{tag}-{i}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let log = File::create(dir.join("server.log")).map_err(|e| e.to_string())?;
-        Ok((dir, log))
-    }
-}
-
-impl Drop for ClusterGuard {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            if let Ok(pid) = i32::try_from(child.id()) {
-                unsafe {
-                    libc::kill(pid, libc::SIGTERM);
-                }
-            }
-        }
-        for child in &mut self.children {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for dir in &self.dirs {
-            let _ = fs::remove_dir_all(dir);
-        }
-    }
-}
 
 async fn info_field(addr: SocketAddr, field: &str) -> Option<String> {
     let mut conn = Conn::connect(addr).await.ok()?;
@@ -142,7 +58,7 @@ async fn start_cluster(binary: &Path) -> Result<(ClusterGuard, usize), String> {
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        for (i, addr) in guard.addrs.iter().enumerate() {
+        for (i, addr) in guard.addrs().iter().enumerate() {
             if info_field(*addr, "raft_state").await.as_deref() == Some("leader") {
                 return Ok((guard, i));
             }
@@ -213,8 +129,8 @@ pub async fn cost(
 ) -> Result<String, String> {
     let single = servers::start(Kind::Flockd, flockd, "always").await?;
     let (cluster, leader) = start_cluster(flockd).await?;
-    let follower = (leader + 1) % cluster.addrs.len();
-    let leader_side = Side::flockd(Target::flockd(cluster.addrs[leader]), cluster.pids());
+    let follower = (leader + 1) % cluster.addrs().len();
+    let leader_side = Side::flockd(Target::flockd(cluster.addrs()[leader]), cluster.pids());
     let targets = [
         (
             "single node, appendfsync always",
@@ -223,7 +139,7 @@ pub async fn cost(
         ("3-node cluster, through the leader", leader_side.clone()),
         (
             "3-node cluster, through a follower",
-            Side::flockd(Target::flockd(cluster.addrs[follower]), cluster.pids()),
+            Side::flockd(Target::flockd(cluster.addrs()[follower]), cluster.pids()),
         ),
     ];
     let mut md = String::new();
@@ -242,10 +158,10 @@ pub async fn cost(
         ];
         md.push_str(&table(&targets, w, &measured, &ratios));
     }
-    let per_sync = info_field(cluster.addrs[leader], "raft_log_entries_per_sync")
+    let per_sync = info_field(cluster.addrs()[leader], "raft_log_entries_per_sync")
         .await
         .unwrap_or_else(|| "?".into());
-    let follower_per_sync = info_field(cluster.addrs[follower], "raft_log_entries_per_sync")
+    let follower_per_sync = info_field(cluster.addrs()[follower], "raft_log_entries_per_sync")
         .await
         .unwrap_or_else(|| "?".into());
     drop(single);

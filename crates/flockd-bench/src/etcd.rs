@@ -11,7 +11,7 @@ use std::time::Duration;
 use etcd_client::{Client, LockOptions};
 use tokio::time::Instant;
 
-use crate::cluster::ClusterGuard;
+use crate::members::ClusterGuard;
 use crate::workloads::{self, Counts, Load, RunResult, Workload};
 
 /// Starts three etcd members forming one cluster; returns them and the index of the leader.

@@ -10,6 +10,7 @@
 mod cluster;
 #[cfg(feature = "etcd")]
 mod etcd;
+mod members;
 mod metrics_cost;
 mod paired;
 mod report;
