@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use flockd_aof::record::{HEADER, HEADER_V1};
-use flockd_aof::{AofError, check, fix, load};
+use flockd_aof::{FileError, check, fix, load};
 use flockd_core::StateMachine;
 use libfuzzer_sys::fuzz_target;
 
@@ -82,7 +82,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(r.truncated_at, Some(*offset));
             assert_eq!(after_load, &bytes[..*offset as usize]);
         }
-        (Some((offset, _)), Err(AofError::Corrupt { offset: at, .. })) if !report.tail_only => {
+        (Some((offset, _)), Err(FileError::Corrupt { offset: at, .. })) if !report.tail_only => {
             assert_eq!(at, offset);
             assert_eq!(after_load, bytes);
         }
@@ -106,7 +106,7 @@ fuzz_target!(|data: &[u8]| {
             let again = check(path).expect("check after fix");
             assert!(again.problem.is_none(), "after fix: {again:?}");
         }
-        (Some(_), Err(AofError::Corrupt { .. })) if !report.tail_only => {
+        (Some(_), Err(FileError::Corrupt { .. })) if !report.tail_only => {
             assert_eq!(after_fix, bytes, "a refused repair changed the file");
         }
         (p, f) => panic!(

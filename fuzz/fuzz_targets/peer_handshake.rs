@@ -36,7 +36,8 @@ use flockd_raft::identity::{Identities, Identity};
 use flockd_raft::network::{Request, Response, decode_request, decode_response, read_frame};
 use flockd_raft::peer_server::{PeerHandler, serve_connection};
 use flockd_raft::pending::PendingTable;
-use flockd_raft::state_machine::{Host, MachineStore, Me, SnapshotFile};
+use flockd_log::{Apply, Entry};
+use flockd_raft::state_machine::{MachineStore, Me, SnapshotFile};
 use flockd_raft::transport::{BoxFuture, PeerStream};
 use flockd_raft::types::{FlockRaft, Membership, SnapshotMeta, StoredMembership, Vote};
 use libfuzzer_sys::fuzz_target;
@@ -60,10 +61,8 @@ fn allowance(input_len: usize) -> usize {
 
 struct NoHost;
 
-impl Host for NoHost {
-    fn apply(&self, _entry: &flockd_aof::Entry, _local: bool) -> Vec<OpResult> {
-        Vec::new()
-    }
+impl Apply for NoHost {
+    fn apply(&self, _entries: &[Entry], _local: bool, _results: &mut Vec<Vec<OpResult>>) {}
     fn snapshot(&self) -> Snapshot {
         StateMachine::new().snapshot()
     }

@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
-use flockd_aof::{Applier, Entry};
 use flockd_core::{
     AcquireAllResult, AcquireResult, Event, Millis, Op, OpResult, Snapshot, StateMachine,
 };
+use flockd_log::{Apply, Entry};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tokio::sync::Notify;
 
@@ -160,21 +160,11 @@ impl StateHost {
     }
 }
 
-impl Applier for StateHost {
-    fn apply(&self, entries: &[Entry], results: &mut Vec<Vec<OpResult>>) {
-        self.apply_entries(entries, true, results)
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        self.machine.read().snapshot()
-    }
-}
-
-impl flockd_raft::Host for StateHost {
-    fn apply(&self, entry: &Entry, local: bool) -> Vec<OpResult> {
-        let mut results = Vec::with_capacity(1);
-        self.apply_entries(std::slice::from_ref(entry), local, &mut results);
-        results.pop().unwrap_or_default()
+/// The one seam both logs drive it through: the AOF's writer after each durable batch, the
+/// Raft state machine after each committed entry.
+impl Apply for StateHost {
+    fn apply(&self, entries: &[Entry], local: bool, results: &mut Vec<Vec<OpResult>>) {
+        self.apply_entries(entries, local, results)
     }
 
     fn snapshot(&self) -> Snapshot {

@@ -321,7 +321,8 @@ fn seed_from_aof(config: &Config) -> Result<Option<StateMachine>, ServerError> {
         return Ok(None);
     }
     let mut machine = StateMachine::new();
-    let replayed = tokio::task::block_in_place(|| flockd_aof::load(&aof_path, &mut machine))?;
+    let replayed = tokio::task::block_in_place(|| flockd_aof::load(&aof_path, &mut machine))
+        .map_err(flockd_aof::AofError::from)?;
     machine.reset_stats();
     let at = flockd_core::Millis(machine.time().0 + 1);
     let position = machine.position() + 1;
@@ -360,7 +361,8 @@ fn new_host(config: &Config, machine: StateMachine) -> Arc<StateHost> {
 async fn start_local(config: &Config, bump_tokens: Option<u64>) -> Result<Started, ServerError> {
     let aof_path = config.aof_path();
     let mut machine = StateMachine::new();
-    let replayed = tokio::task::block_in_place(|| flockd_aof::load(&aof_path, &mut machine))?;
+    let replayed = tokio::task::block_in_place(|| flockd_aof::load(&aof_path, &mut machine))
+        .map_err(flockd_aof::AofError::from)?;
     // INFO counts what this run does, not the replayed history.
     machine.reset_stats();
     info!(
@@ -402,13 +404,13 @@ async fn start_local(config: &Config, bump_tokens: Option<u64>) -> Result<Starte
         if end_sessions {
             ops.push(Op::EndAllSessions);
         }
-        let entry = flockd_aof::Entry {
+        let entry = flockd_log::Entry {
             position: position + 1,
             at: clock.now(),
             ops,
         };
         let mut results = Vec::new();
-        flockd_aof::Applier::apply(&*host, std::slice::from_ref(&entry), &mut results);
+        flockd_log::Apply::apply(&*host, std::slice::from_ref(&entry), true, &mut results);
         aof.prepend_applied(entry);
         info!("re-armed live leases, ended the last run's sessions: {results:?}");
     }

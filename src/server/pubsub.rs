@@ -583,6 +583,7 @@ mod tests {
             Event::Expired {
                 name: Bytes::from_static(b"y"),
                 token: 3,
+                held_ms: Some(5),
             },
         ]);
         let delivery = a_rx.try_recv().unwrap();

@@ -11,14 +11,10 @@ pub enum AofError {
         #[source]
         source: std::io::Error,
     },
-    /// The file is damaged somewhere other than its tail (or is not an AOF at all): replaying or
-    /// repairing it would lose records that were acknowledged, so it is refused.
-    #[error("Bad record in {path} at byte offset {offset}: {reason}")]
-    Corrupt {
-        path: PathBuf,
-        offset: u64,
-        reason: String,
-    },
+    /// Reading, checking or writing the file's records failed (a damaged middle, or the
+    /// snapshot of a rewrite).
+    #[error(transparent)]
+    File(#[from] flockd_log::FileError),
     /// The writer is in the failed state: the last write or fsync failed and a rewrite has not
     /// recovered yet. The server answers state changes with `-MISCONF` meanwhile; the message
     /// reads like Redis's (`MISCONF Errors writing to the AOF file: ...`).
@@ -30,9 +26,6 @@ pub enum AofError {
     /// A file of an older format could not be rewritten in the current one at start.
     #[error("cannot upgrade {path} to the current AOF format: {reason}")]
     Upgrade { path: PathBuf, reason: String },
-    /// A snapshot file could not be written.
-    #[error("cannot write the snapshot {path}: {reason}")]
-    Snapshot { path: PathBuf, reason: String },
     /// BGREWRITEAOF while a rewrite runs.
     #[error("Background append only file rewriting already in progress")]
     RewriteInProgress,

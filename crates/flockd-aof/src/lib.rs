@@ -1,27 +1,25 @@
 //! flockd-aof: the append-only file (AOF) that makes flockd's lock table durable.
 //!
-//! * [`record`]: the file format. An 8-byte header `FLOCKAO2`, then records framed as
+//! * [`record`] (from flockd-log, shared with the Raft log's snapshots): the file format. An
+//!   8-byte header `FLOCKAO2`, then records framed as
 //!   `[u32 LE payload length][u32 LE crc32][payload]`, the checksum covering the length field
 //!   and the payload; a payload is one log entry (a proposal's [`flockd_core::Op`]s with their
 //!   position and time) or an item of a snapshot. Files of the first format (`FLOCKAO1`, one
 //!   applied change per record) are still read.
-//! * [`load`] replays a file into a [`flockd_core::StateMachine`] at start-up, cutting off a
+//! * [`load`] (flockd-log too) replays a file into a [`flockd_core::StateMachine`] at start-up, cutting off a
 //!   damaged tail (what a power loss leaves of a write that was never acknowledged) and refusing
 //!   a damaged middle.
 //! * [`Aof`] is the local log: [`Aof::propose`] only queues an entry; whoever writes takes
 //!   everything queued, writes it in one `write`, syncs once per batch under `appendfsync
-//!   always` (group commit), and only then has the [`Applier`] apply it and answers each
+//!   always` (group commit), and only then has the state machine (a [`flockd_log::Apply`]) apply it and answers each
 //!   proposer. It also rewrites (compacts) the file in the background from a snapshot, and
 //!   recovers from write errors by such a rewrite.
-//! * [`check`] and [`fix`] back `flockd check-aof [--fix] FILE`.
+//! * [`check`] and [`fix`] (flockd-log) back `flockd check-aof [--fix] FILE`.
 //!
 //! The crate knows ops as records only: its tests drive it with a plain state machine.
 
 mod error;
-mod fsutil;
 pub mod histogram;
-pub mod record;
-mod replay;
 mod writer;
 
 use std::fmt;
@@ -30,9 +28,10 @@ use std::str::FromStr;
 
 pub use error::{AofError, CommitError, ParseFsyncPolicyError};
 pub use histogram::FixedHistogram;
-pub use record::Version;
-pub use replay::{CheckReport, ReplayReport, check, fix, load};
-pub use writer::{Aof, AofStats, Applier, Committed, Entry, save_snapshot};
+// The file format and reading a file back live in flockd-log, which the Raft log's snapshots
+// share; they are the AOF's file API too.
+pub use flockd_log::{CheckReport, FileError, ReplayReport, Version, check, fix, load, record};
+pub use writer::{Aof, AofStats, Committed};
 
 /// When the writer calls fsync, as Redis's `appendfsync`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

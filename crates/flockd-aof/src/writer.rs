@@ -4,7 +4,7 @@
 //! [`Aof::propose`] only takes a mutex and queues the ops with the next log position and their
 //! time. The file's state sits behind one mutex; whoever holds it takes *everything* queued at
 //! once, encodes the batch into one buffer and writes it with one `write_all`, syncs if the
-//! policy says so, and only then hands the batch to the [`Applier`] (the state machine), in log
+//! policy says so, and only then hands the batch to the [`Apply`] (the state machine), in log
 //! order, and answers each proposer with its results. So memory never runs ahead of the file: a
 //! change whose write failed was never applied, and nobody ever saw it.
 //! Under `appendfsync always` only the writer thread (a plain `std::thread`, so no fsync ever
@@ -38,7 +38,7 @@
 //! get [`CommitError::ShuttingDown`].
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::io::{self, Seek, SeekFrom, Write};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -48,36 +48,20 @@ use std::thread::{self, JoinHandle};
 use crate::histogram::{FSYNC_SECONDS_BOUNDS, FixedHistogram, RECORDS_PER_FSYNC_BOUNDS};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use flockd_core::{Millis, Op, OpResult, Snapshot};
+use flockd_core::{Millis, Op, OpResult};
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::{oneshot, watch};
 
+use flockd_log::fsutil::{read_exact_at, rewrite_tmp_path, sync_parent_dir};
+use flockd_log::record::{HEADER, encode_entry};
+use flockd_log::{Apply, Entry, FileError, SnapshotFile, write_snapshot_of};
+
 use crate::error::{AofError, CommitError};
-use crate::fsutil::{read_exact_at, rewrite_tmp_path, sync_parent_dir};
-use crate::record::{HEADER, encode_entry, encode_item, encode_snapshot_begin};
 use crate::{AofOptions, FsyncPolicy};
 
 /// What a proposer receives: the results of its ops, in order, once they are durable and
 /// applied.
 pub type Committed = Result<Vec<OpResult>, CommitError>;
-
-/// One log entry as the applier sees it.
-pub struct Entry {
-    pub position: u64,
-    pub at: Millis,
-    pub ops: Vec<Op>,
-}
-
-/// The state machine the log drives: the server's, or a test's.
-pub trait Applier: Send + Sync + 'static {
-    /// Applies durable entries, in log order, and pushes each entry's results onto `results`
-    /// (one `Vec` per entry, one result per op). Called by whoever wrote the batch, while it
-    /// holds the file, so batches are applied in the order they were written. Must not block.
-    fn apply(&self, entries: &[Entry], results: &mut Vec<Vec<OpResult>>);
-    /// The whole state now, for a rewrite: must be cheap (it is taken on the rewrite thread while
-    /// the writer goes on, and must reflect at least every entry already applied).
-    fn snapshot(&self) -> Snapshot;
-}
 
 /// A queued proposal.
 struct QueuedProposal {
@@ -146,7 +130,7 @@ struct WriterShared {
     /// Automatic rewrites (changed at run time by [`Aof::set_auto_rewrite`]).
     rewrite_min_size: AtomicU64,
     rewrite_percentage: AtomicU64,
-    applier: Arc<dyn Applier>,
+    applier: Arc<dyn Apply>,
     queue: Mutex<Queue>,
     /// Wakes the writer: a change was queued, a rewrite requested or finished, or stop.
     wake: Condvar,
@@ -229,12 +213,6 @@ struct WriterCounters {
     last_error: Option<String>,
 }
 
-/// A rewrite's temporary file, complete with the snapshot and synced.
-struct SnapshotFile {
-    file: File,
-    len: u64,
-}
-
 /// The writer's side of a running rewrite.
 struct RewriteRun {
     /// Records above this sequence number go to the tail.
@@ -303,7 +281,7 @@ impl Aof {
     /// `start_at` (the loaded state's). A stale `<path>.rewrite.tmp` is deleted.
     pub fn open(
         opts: AofOptions,
-        applier: Arc<dyn Applier>,
+        applier: Arc<dyn Apply>,
         start_position: u64,
         start_at: Millis,
     ) -> Result<Arc<Aof>, AofError> {
@@ -329,7 +307,7 @@ impl Aof {
         } else {
             let mut h = [0u8; HEADER.len()];
             let read = len >= h.len() as u64 && read_exact_at(&file, 0, &mut h).is_ok();
-            if read && h == crate::record::HEADER_V1 {
+            if read && h == flockd_log::record::HEADER_V1 {
                 drop(file);
                 upgrade(&path, &*applier)?;
                 file = OpenOptions::new()
@@ -339,12 +317,12 @@ impl Aof {
                     .map_err(io)?;
                 len = file.metadata().map_err(io)?.len();
             } else if !(read && h == HEADER) {
-                return Err(AofError::Corrupt {
+                return Err(AofError::File(FileError::Corrupt {
                     path,
                     offset: 0,
                     reason: "not a flockd AOF file (bad or cut header); run load() on it first"
                         .to_owned(),
-                });
+                }));
             }
         }
         if !existed {
@@ -852,7 +830,9 @@ impl Writer {
             run.tail_last = last_seq;
         }
         self.results.clear();
-        self.sh.applier.apply(&self.entries, &mut self.results);
+        self.sh
+            .applier
+            .apply(&self.entries, true, &mut self.results);
         self.entries.clear();
         for (reply, results) in replies.into_iter().zip(self.results.drain(..)) {
             let _ = reply.send(Ok(results));
@@ -1173,74 +1153,16 @@ fn refuse(batch: &mut Vec<QueuedProposal>, error: &CommitError) {
 /// Writes a snapshot of the applier's state to `tmp` (header, snapshot records), synced. Runs
 /// on the rewrite thread (and at start, to upgrade a file of an older format).
 fn write_snapshot(
-    applier: &dyn Applier,
+    applier: &dyn Apply,
     tmp: &Path,
     cancel: &AtomicBool,
 ) -> Result<SnapshotFile, String> {
     write_snapshot_of(&applier.snapshot(), tmp, cancel)
 }
 
-/// Writes `snapshot` as a file of the current format to `path`, synced, and returns its length:
-/// what a rewrite writes, for others that keep snapshots (the replicated log's).
-pub fn save_snapshot(snapshot: &Snapshot, path: &Path) -> Result<u64, AofError> {
-    write_snapshot_of(snapshot, path, &AtomicBool::new(false))
-        .map(|written| written.len)
-        .map_err(|reason| AofError::Snapshot {
-            path: path.to_owned(),
-            reason,
-        })
-}
-
-fn write_snapshot_of(
-    snapshot: &Snapshot,
-    tmp: &Path,
-    cancel: &AtomicBool,
-) -> Result<SnapshotFile, String> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(tmp)
-        .map_err(|e| format!("creating {}: {e}", tmp.display()))?;
-    let mut w = BufWriter::with_capacity(1 << 20, file);
-    let werr = |e: io::Error| format!("writing {}: {e}", tmp.display());
-    let mut enc = Vec::with_capacity(64 * 1024);
-    enc.extend_from_slice(&HEADER);
-    encode_snapshot_begin(snapshot.position(), snapshot.at(), &mut enc);
-    let mut len = 0u64;
-    let mut err: Option<String> = None;
-    snapshot.emit(&mut |item| {
-        // The snapshot cannot be stopped midway: after an error, skip the rest cheaply.
-        if err.is_some() || cancel.load(Ordering::Relaxed) {
-            return;
-        }
-        if let Err(e) = encode_item(&item, &mut enc) {
-            err = Some(format!("cannot store a record: {e}"));
-        } else if enc.len() >= 60 * 1024 {
-            if let Err(e) = w.write_all(&enc) {
-                err = Some(werr(e));
-            }
-            len += enc.len() as u64;
-            enc.clear();
-        }
-    });
-    if cancel.load(Ordering::Relaxed) {
-        return Err("cancelled".to_owned());
-    }
-    if let Some(e) = err {
-        return Err(e);
-    }
-    w.write_all(&enc).map_err(werr)?;
-    len += enc.len() as u64;
-    let file = w.into_inner().map_err(|e| werr(e.into_error()))?;
-    file.sync_all()
-        .map_err(|e| format!("syncing {}: {e}", tmp.display()))?;
-    Ok(SnapshotFile { file, len })
-}
-
 /// Rewrites a file of an older format in the current one, from the state loaded from it:
 /// snapshot to the temporary file, synced, renamed over it, directory synced.
-fn upgrade(path: &Path, applier: &dyn Applier) -> Result<(), AofError> {
+fn upgrade(path: &Path, applier: &dyn Apply) -> Result<(), AofError> {
     let tmp = rewrite_tmp_path(path);
     let started = Instant::now();
     let snap = write_snapshot(applier, &tmp, &AtomicBool::new(false)).map_err(|reason| {
@@ -1273,7 +1195,7 @@ mod tests {
     use crate::load;
     use crate::record::{Payload, Record, Version, decode_record};
     use bytes::Bytes;
-    use flockd_core::StateMachine;
+    use flockd_core::{Snapshot, StateMachine};
 
     /// The state machine as the log's applier.
     struct Host {
@@ -1291,8 +1213,8 @@ mod tests {
         }
     }
 
-    impl Applier for Host {
-        fn apply(&self, entries: &[Entry], results: &mut Vec<Vec<OpResult>>) {
+    impl Apply for Host {
+        fn apply(&self, entries: &[Entry], _local: bool, results: &mut Vec<Vec<OpResult>>) {
             let mut m = self.machine.lock();
             let mut events = Vec::new();
             for e in entries {
@@ -1309,6 +1231,14 @@ mod tests {
         fn snapshot(&self) -> Snapshot {
             thread::sleep(self.snapshot_delay);
             self.machine.lock().snapshot()
+        }
+
+        fn replace(&self, machine: StateMachine) {
+            *self.machine.lock() = machine;
+        }
+
+        fn time(&self) -> Millis {
+            self.machine.lock().time()
         }
     }
 

@@ -16,7 +16,7 @@ use common::{
     try_load, v1_machine,
 };
 use flockd_aof::record::{HEADER, Version};
-use flockd_aof::{AofError, check, fix};
+use flockd_aof::{FileError, check, fix};
 use flockd_core::{Millis, Op, StateMachine};
 
 /// A file of `n` records of one format, with what loading each prefix of it must give.
@@ -83,7 +83,7 @@ fn missing_file_is_empty() {
     assert!(!dir.join("nope.aof").exists(), "load creates nothing");
     assert!(matches!(
         check(&dir.join("nope.aof")),
-        Err(AofError::Io { .. })
+        Err(FileError::Io { .. })
     ));
 }
 
@@ -234,7 +234,7 @@ fn foreign_or_unknown_version_file_is_refused() {
     ] {
         fs::write(&path, content).expect("write");
         match try_load(&path) {
-            Err(AofError::Corrupt { offset: 0, .. }) => {}
+            Err(FileError::Corrupt { offset: 0, .. }) => {}
             other => panic!("{content:?}: {:?}", other.map(|(_, r)| r)),
         }
         assert!(fix(&path).is_err());
@@ -258,8 +258,8 @@ fn flipped_bit_in_the_middle_is_refused_naming_the_offset() {
                 b[start + bit / 8] ^= 1 << (bit % 8);
                 fs::write(&path, &b).expect("write");
                 match try_load(&path) {
-                    Err(e @ AofError::Corrupt { .. }) => {
-                        let AofError::Corrupt { offset, .. } = &e else {
+                    Err(e @ FileError::Corrupt { .. }) => {
+                        let FileError::Corrupt { offset, .. } = &e else {
                             unreachable!()
                         };
                         assert_eq!(*offset, s.offsets[k], "{what}");
@@ -376,7 +376,7 @@ fn large_records_are_found_and_cut() {
     b[offsets[0] as usize + 9] ^= 1;
     fs::write(&path, &b).expect("write");
     assert!(
-        matches!(try_load(&path), Err(AofError::Corrupt { offset, .. }) if offset == offsets[0])
+        matches!(try_load(&path), Err(FileError::Corrupt { offset, .. }) if offset == offsets[0])
     );
 
     // Damage inside the big record's payload with a record after: refused too.
@@ -384,7 +384,7 @@ fn large_records_are_found_and_cut() {
     b[offsets[1] as usize + 1_000_000] ^= 1;
     fs::write(&path, &b).expect("write");
     assert!(
-        matches!(try_load(&path), Err(AofError::Corrupt { offset, .. }) if offset == offsets[1])
+        matches!(try_load(&path), Err(FileError::Corrupt { offset, .. }) if offset == offsets[1])
     );
 
     // The big record torn: a tail.
@@ -454,7 +454,7 @@ fn check_and_fix() {
             "{reason}"
         );
         match fix(&path) {
-            Err(AofError::Corrupt { offset, reason, .. }) => {
+            Err(FileError::Corrupt { offset, reason, .. }) => {
                 assert_eq!(offset, offsets[2]);
                 assert!(reason.contains("refusing to repair"), "{reason}");
             }
@@ -542,7 +542,7 @@ fn snapshot_then_tail_skips_entries_the_snapshot_reflects() {
     let mut b = bytes.clone();
     b[HEADER.len() + 30] ^= 0x10;
     fs::write(&path, &b).expect("write");
-    assert!(matches!(try_load(&path), Err(AofError::Corrupt { .. })));
+    assert!(matches!(try_load(&path), Err(FileError::Corrupt { .. })));
 }
 
 #[test]

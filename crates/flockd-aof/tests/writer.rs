@@ -76,7 +76,10 @@ fn open_creates_the_file_with_a_header() {
         fs::write(&path, content).expect("write");
         assert!(matches!(
             Host::new().open(AofOptions::new(&path)),
-            Err(AofError::Corrupt { offset: 0, .. })
+            Err(AofError::File(flockd_aof::FileError::Corrupt {
+                offset: 0,
+                ..
+            }))
         ));
         assert_eq!(fs::read(&path).expect("read"), content, "left untouched");
     }
@@ -648,7 +651,7 @@ fn an_entry_applied_at_start_is_logged_in_front_of_the_next_batch() {
     drop(aof);
 
     // The next start re-arms the lease: applied at once, logged with the next entry written.
-    let rearm = |position| flockd_aof::Entry {
+    let rearm = |position| flockd_log::Entry {
         position,
         at: Millis(5_000),
         ops: vec![Op::Rearm { extra_ms: 0 }],
@@ -657,7 +660,7 @@ fn an_entry_applied_at_start_is_logged_in_front_of_the_next_batch() {
         let aof = host.open(AofOptions::new(&path)).expect("open");
         let position = host.machine.lock().position() + 1;
         let mut results = Vec::new();
-        flockd_aof::Applier::apply(&**host, &[rearm(position)], &mut results);
+        flockd_log::Apply::apply(&**host, &[rearm(position)], true, &mut results);
         assert_eq!(
             results,
             vec![vec![OpResult::Rearm {

@@ -5,7 +5,7 @@
 //!   time) and openraft's type configuration.
 //! * [`log_store`]: the log and vote on disk, on `raft-log` (synced before acknowledged, group
 //!   commit in its flush worker).
-//! * [`state_machine`]: committed entries applied through the server's [`Host`] once each
+//! * [`state_machine`]: committed entries applied through the server's [`flockd_log::Apply`] once each
 //!   ([`dedup`]); snapshots in the AOF rewrite format.
 //! * [`network`] and [`peer_server`]: the cluster port, both sides, on a [`transport`] (TCP,
 //!   or an in-memory network for in-process clusters); every connection starts with both
@@ -33,5 +33,4 @@ pub use figures::{PROPOSAL_SECONDS_BOUNDS, RaftFiguresRead};
 pub use node::{Cluster, ClusterSettings, ClusterView, Member, Role};
 pub use peers::{Peer, parse_addr, parse_peers};
 pub use pending::Outcome;
-pub use state_machine::Host;
 pub use types::{NodeId, Proposal};

@@ -27,9 +27,10 @@ use crate::network::{Forwarded, NetworkFactory, Peers, ReadPoint, Request, Respo
 use crate::peer_server::{PeerHandler, serve_connection};
 use crate::peers::{Peer, parse_addr};
 use crate::pending::{Outcome, PendingTable};
-use crate::state_machine::{Host, MachineStore, Me};
+use crate::state_machine::{MachineStore, Me};
 use crate::transport::{BoxFuture, Listener, Tcp, Transport};
 use crate::types::{FlockRaft, NodeId, Origin, Proposal};
+use flockd_log::Apply;
 
 /// The openraft instance of a node.
 type Raft = openraft::Raft<FlockRaft, MachineStore>;
@@ -128,7 +129,7 @@ struct Node {
     peers: Arc<Peers>,
     pending: Arc<PendingTable>,
     clock: Arc<Clock>,
-    host: Arc<dyn Host>,
+    host: Arc<dyn Apply>,
     log: LogStore,
     store: MachineStore,
     /// True once this node leads and has re-armed the leases: the expiry task may run.
@@ -193,7 +194,7 @@ impl Cluster {
     /// used only on the first start, with `cluster-peers` naming this node alone.
     pub async fn start(
         settings: ClusterSettings,
-        host: Arc<dyn Host>,
+        host: Arc<dyn Apply>,
         clock: Arc<Clock>,
         seed: Option<flockd_core::StateMachine>,
     ) -> Result<Cluster, StartError> {
@@ -204,7 +205,7 @@ impl Cluster {
     /// tests that run a whole cluster in one process).
     pub async fn start_on(
         settings: ClusterSettings,
-        host: Arc<dyn Host>,
+        host: Arc<dyn Apply>,
         clock: Arc<Clock>,
         seed: Option<flockd_core::StateMachine>,
         transport: Arc<dyn Transport>,

@@ -1,5 +1,5 @@
 //! openraft's state machine: committed entries go to flockd-core's `apply` (through the
-//! server's [`Host`], which also routes their events), once each ([`Dedup`]). A snapshot is a
+//! server's state machine through [`flockd_log::Apply`], which also routes their events), once each ([`Dedup`]). A snapshot is a
 //! file in the AOF rewrite format plus a small meta file (the last log id applied, the
 //! membership and the dedup table); it is written from a detached copy of the state, so apply
 //! goes on meanwhile.
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use flockd_core::{Millis, OpResult, Snapshot, StateMachine};
+use flockd_core::StateMachine;
 use futures_util::{Stream, TryStreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
@@ -18,23 +18,12 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
+use flockd_log::{Apply, Entry};
+
 use crate::dedup::Dedup;
 use crate::error::ClusterError;
 use crate::pending::PendingTable;
 use crate::types::{Applied, FlockRaft, LogId, NodeId, SnapshotMeta, StoredMembership};
-
-/// What the server gives the replicated log: the one state machine it serves from.
-pub trait Host: Send + Sync + 'static {
-    /// Applies one committed entry. `local`: this node proposed it (its waiters are parked
-    /// here; other nodes' are not).
-    fn apply(&self, entry: &flockd_aof::Entry, local: bool) -> Vec<OpResult>;
-    /// The state now, detached (a copy of the shard pointers).
-    fn snapshot(&self) -> Snapshot;
-    /// Replaces the whole state with one loaded from a snapshot.
-    fn replace(&self, machine: StateMachine);
-    /// The latest op time applied.
-    fn time(&self) -> Millis;
-}
 
 /// A snapshot as openraft passes it around: its data file and the dedup table it goes with.
 #[derive(Debug, Clone)]
@@ -68,7 +57,7 @@ pub struct Me {
 #[derive(Clone)]
 pub struct MachineStore {
     inner: Arc<Mutex<Inner>>,
-    host: Arc<dyn Host>,
+    host: Arc<dyn Apply>,
     pending: Arc<PendingTable>,
     me: Me,
     dir: PathBuf,
@@ -87,7 +76,7 @@ impl MachineStore {
     /// host's state (the log after it is applied again by openraft).
     pub fn open(
         dir: &Path,
-        host: Arc<dyn Host>,
+        host: Arc<dyn Apply>,
         pending: Arc<PendingTable>,
         me: Me,
     ) -> io::Result<MachineStore> {
@@ -156,7 +145,7 @@ impl MachineStore {
             last_membership: StoredMembership::new(Some(log_id), membership),
         };
         let building = self.dir.join("building-seed.tmp");
-        flockd_aof::save_snapshot(&machine.snapshot(), &building)
+        flockd_log::save_snapshot(&machine.snapshot(), &building)
             .map_err(|e| io_err(&building, e))?;
         let kept = self.keep(
             &meta,
@@ -236,7 +225,7 @@ impl MachineStore {
 /// Loads a snapshot data file into a new state machine; a file cut short is refused.
 fn load(path: &Path) -> io::Result<StateMachine> {
     let mut machine = StateMachine::new();
-    let report = flockd_aof::load(path, &mut machine).map_err(|e| io_err(path, e))?;
+    let report = flockd_log::load(path, &mut machine).map_err(|e| io_err(path, e))?;
     if report.truncated_at.is_some() || report.records == 0 {
         return Err(io_err(path, "the snapshot file is incomplete"));
     }
@@ -286,7 +275,7 @@ impl RaftSnapshotBuilder<FlockRaft> for MachineStore {
             meta.last_log_id.map_or(0, |id| id.index)
         ));
         let kept = tokio::task::spawn_blocking(move || {
-            flockd_aof::save_snapshot(&snapshot, &building).map_err(|e| io_err(&building, e))?;
+            flockd_log::save_snapshot(&snapshot, &building).map_err(|e| io_err(&building, e))?;
             let file = SnapshotFile {
                 path: building,
                 dedup,
@@ -333,12 +322,15 @@ impl RaftStateMachine<FlockRaft> for MachineStore {
                         // Log time never goes back, whatever order the leader's stamps
                         // reached the log in: a later start only lengthens a lease.
                         let at = proposal.at.max(self.host.time());
-                        let applied = flockd_aof::Entry {
+                        let applied = Entry {
                             position: log_id.index,
                             at,
                             ops: proposal.ops,
                         };
-                        let results = self.host.apply(&applied, local);
+                        let mut results = Vec::with_capacity(1);
+                        self.host
+                            .apply(std::slice::from_ref(&applied), local, &mut results);
+                        let results = results.pop().unwrap_or_default();
                         if local {
                             self.pending.resolve(proposal.origin.seq, Ok(results));
                         }

@@ -4,9 +4,9 @@
 
 use std::fmt;
 
-use flockd_aof::Version;
-use flockd_aof::record::{Payload, Record, decode_record, encode_entry};
 use flockd_core::{Millis, Op};
+use flockd_log::Version;
+use flockd_log::record::{Payload, Record, decode_record, encode_entry};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 openraft::declare_raft_types!(

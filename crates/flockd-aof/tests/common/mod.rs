@@ -18,10 +18,11 @@ use flockd_aof::record::{
     HEADER, HEADER_V1, Payload, Record, Version, decode_record, encode_entry, encode_item,
     encode_snapshot_begin, encode_v1,
 };
-use flockd_aof::{Aof, AofError, AofOptions, Applier, Committed, Entry, FsyncPolicy, ReplayReport};
+use flockd_aof::{Aof, AofError, AofOptions, Committed, FileError, FsyncPolicy, ReplayReport};
 use flockd_core::{
     HoldingRef, Millis, Op, OpResult, Snapshot, SnapshotItem, StateMachine, V1Change, WaitId,
 };
+use flockd_log::{Apply, Entry};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
@@ -172,7 +173,7 @@ pub fn file_entries(path: &Path) -> Vec<LogEntry> {
         .collect()
 }
 
-pub fn try_load(path: &Path) -> Result<(StateMachine, ReplayReport), AofError> {
+pub fn try_load(path: &Path) -> Result<(StateMachine, ReplayReport), FileError> {
     let mut m = StateMachine::new();
     let r = flockd_aof::load(path, &mut m)?;
     Ok((m, r))
@@ -360,8 +361,8 @@ impl Host {
     }
 }
 
-impl Applier for Host {
-    fn apply(&self, entries: &[Entry], results: &mut Vec<Vec<OpResult>>) {
+impl Apply for Host {
+    fn apply(&self, entries: &[Entry], _local: bool, results: &mut Vec<Vec<OpResult>>) {
         let mut m = self.machine.lock();
         let mut history = self.history.lock();
         for e in entries {
@@ -382,6 +383,15 @@ impl Applier for Host {
             .store(snap.position(), Ordering::SeqCst);
         std::thread::sleep(self.snapshot_delay);
         snap
+    }
+
+    // The AOF never replaces the state (only a Raft peer's snapshot does).
+    fn replace(&self, machine: StateMachine) {
+        *self.machine.lock() = machine;
+    }
+
+    fn time(&self) -> Millis {
+        self.machine.lock().time()
     }
 }
 

@@ -1,4 +1,4 @@
-//! What the in-process tests share: a [`Host`] over a plain state machine (the server's routes
+//! What the in-process tests share: an [`Apply`] over a plain state machine (the server's routes
 //! events to waiters and pub/sub; these tests only need the state), and temporary directories.
 
 #![allow(dead_code)]
@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use flockd_core::{Millis, OpResult, Snapshot, StateMachine};
-use flockd_raft::Host;
+use flockd_log::{Apply, Entry};
 use parking_lot::RwLock;
 
 #[derive(Default)]
@@ -17,18 +17,22 @@ pub struct PlainHost {
     pub replaced: AtomicU64,
 }
 
-impl Host for PlainHost {
-    fn apply(&self, entry: &flockd_aof::Entry, _local: bool) -> Vec<OpResult> {
+impl Apply for PlainHost {
+    fn apply(&self, entries: &[Entry], _local: bool, results: &mut Vec<Vec<OpResult>>) {
         let mut machine = self.machine.write();
         let mut events = Vec::new();
-        entry
-            .ops
-            .iter()
-            .enumerate()
-            .map(|(i, op)| {
-                machine.apply_in_entry(entry.position, i as u32, entry.at, op, &mut events)
-            })
-            .collect()
+        for entry in entries {
+            results.push(
+                entry
+                    .ops
+                    .iter()
+                    .enumerate()
+                    .map(|(i, op)| {
+                        machine.apply_in_entry(entry.position, i as u32, entry.at, op, &mut events)
+                    })
+                    .collect(),
+            );
+        }
     }
 
     fn snapshot(&self) -> Snapshot {

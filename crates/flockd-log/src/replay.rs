@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use flockd_core::StateMachine;
 
-use crate::error::AofError;
+use crate::error::FileError;
 use crate::fsutil::read_exact_at;
 use crate::record::{
     FRAME_HEADER_LEN, HEADER, MAGIC, Payload, Record, Version, checksum, decode_payload,
@@ -317,8 +317,8 @@ fn large_record_is_valid(
 }
 
 /// Cuts the file to `len` bytes and syncs it.
-fn truncate(path: &Path, len: u64) -> Result<(), AofError> {
-    let io = |e| AofError::io(path, e);
+fn truncate(path: &Path, len: u64) -> Result<(), FileError> {
+    let io = |e| FileError::io(path, e);
     let f = OpenOptions::new().write(true).open(path).map_err(io)?;
     f.set_len(len).map_err(io)?;
     f.sync_all().map_err(io)
@@ -331,9 +331,9 @@ fn truncate(path: &Path, len: u64) -> Result<(), AofError> {
 ///
 /// A missing file is an empty AOF. A damaged tail (see the module docs) is cut off the file,
 /// with a warning naming the file and offset, and reported in `truncated_at`. Damage followed by
-/// valid records is `Err(AofError::Corrupt)` naming the file and offset; records before it have
+/// valid records is `Err(FileError::Corrupt)` naming the file and offset; records before it have
 /// been applied by then, so the caller should not go on with that state.
-pub fn load(path: &Path, machine: &mut StateMachine) -> Result<ReplayReport, AofError> {
+pub fn load(path: &Path, machine: &mut StateMachine) -> Result<ReplayReport, FileError> {
     let started = Instant::now();
     let file = match File::open(path) {
         Ok(f) => f,
@@ -346,13 +346,13 @@ pub fn load(path: &Path, machine: &mut StateMachine) -> Result<ReplayReport, Aof
                 version: None,
             });
         }
-        Err(e) => return Err(AofError::io(path, e)),
+        Err(e) => return Err(FileError::io(path, e)),
     };
     let mut events = Vec::new();
     let scan = scan(&file, &mut |payload| {
         replay_one(machine, payload, &mut events)
     })
-    .map_err(|e| AofError::io(path, e))?;
+    .map_err(|e| FileError::io(path, e))?;
     drop(file);
     machine.restore_end();
     let truncated_at = match scan.problem {
@@ -371,7 +371,7 @@ pub fn load(path: &Path, machine: &mut StateMachine) -> Result<ReplayReport, Aof
             Some(p.offset)
         }
         Some(p) => {
-            return Err(AofError::Corrupt {
+            return Err(FileError::Corrupt {
                 path: path.to_owned(),
                 offset: p.offset,
                 reason: p.full_reason(),
@@ -412,9 +412,9 @@ fn replay_one(
 }
 
 /// Reads the whole file and reports its first problem, changing nothing.
-pub fn check(path: &Path) -> Result<CheckReport, AofError> {
-    let file = File::open(path).map_err(|e| AofError::io(path, e))?;
-    let scan = scan(&file, &mut |_| {}).map_err(|e| AofError::io(path, e))?;
+pub fn check(path: &Path) -> Result<CheckReport, FileError> {
+    let file = File::open(path).map_err(|e| FileError::io(path, e))?;
+    let scan = scan(&file, &mut |_| {}).map_err(|e| FileError::io(path, e))?;
     Ok(CheckReport {
         records: scan.records,
         valid_len: scan.valid_len,
@@ -429,9 +429,9 @@ pub fn check(path: &Path) -> Result<CheckReport, AofError> {
 
 /// Like [`check`], then cuts off a damaged tail (truncate and fsync). Returns what was found
 /// (the file is now `valid_len` bytes long). Damage followed by valid records is refused with
-/// `Err(AofError::Corrupt)`, the file left untouched: cutting there would drop acknowledged
+/// `Err(FileError::Corrupt)`, the file left untouched: cutting there would drop acknowledged
 /// records.
-pub fn fix(path: &Path) -> Result<CheckReport, AofError> {
+pub fn fix(path: &Path) -> Result<CheckReport, FileError> {
     let report = check(path)?;
     match &report.problem {
         None => {}
@@ -440,7 +440,7 @@ pub fn fix(path: &Path) -> Result<CheckReport, AofError> {
             tracing::warn!(file = %path.display(), offset, "AOF: damaged tail cut off");
         }
         Some((offset, reason)) => {
-            return Err(AofError::Corrupt {
+            return Err(FileError::Corrupt {
                 path: path.to_owned(),
                 offset: *offset,
                 reason: format!(
