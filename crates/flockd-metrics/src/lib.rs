@@ -10,6 +10,6 @@ mod pages;
 mod snapshot;
 
 pub use exposition::{MetricsSource, registry, render};
-pub use pages::{PageBody, PageRequest, PageResponse, Pages};
 pub use http::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS, MAX_HEADER_BYTES, serve};
+pub use pages::{PageBody, PageRequest, PageResponse, Pages};
 pub use snapshot::{CommandFigures, HistogramData, MetricsSnapshot};

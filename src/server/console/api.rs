@@ -11,9 +11,9 @@ use flockd_acl::User;
 use flockd_core::{OpResult, Read, ScanFilter};
 use serde_json::{Value, json};
 
+use super::ConsoleError;
 use super::history::{self, History};
 use super::query;
-use super::ConsoleError;
 use crate::server::Shared;
 
 /// Names one search looks at, at most, while it holds the lock table for reading: a search
@@ -26,7 +26,10 @@ const HOT_CANDIDATES: usize = 1000;
 
 /// A name as the page shows it (lossy UTF-8) and as it sends it back (percent-encoded bytes).
 fn name_fields(name: &[u8]) -> (String, String) {
-    (String::from_utf8_lossy(name).into_owned(), query::encode(name))
+    (
+        String::from_utf8_lossy(name).into_owned(),
+        query::encode(name),
+    )
 }
 
 pub fn overview(shared: &Shared, history: &History) -> Value {

@@ -140,6 +140,37 @@ impl Outlet {
     }
 }
 
+const NO_LONGER_ALLOWED: &str = "the user may no longer see this lock";
+
+/// Whether the feed's user may still see the lock: a change of users (ACL SETUSER, DELUSER,
+/// LOAD) is looked at before anything more is sent, so a user that lost the lock's name, its
+/// channel or SUBSCRIBE gets nothing further.
+fn still_allowed(
+    shared: &Shared,
+    user: &mut Arc<User>,
+    generation: &mut u64,
+    name: &[u8],
+    channel: &[u8],
+) -> bool {
+    let now = shared.acl.generation();
+    if now == *generation {
+        return true;
+    }
+    *generation = now;
+    match shared.acl.user(&user.name) {
+        Some(fresh)
+            if fresh.enabled
+                && fresh.can_access_key(name)
+                && fresh.can_access_channel(channel)
+                && crate::server::acl::may_run(&fresh, "subscribe") =>
+        {
+            *user = fresh;
+            true
+        }
+        _ => false,
+    }
+}
+
 async fn run(
     feed: Feed,
     mut user: Arc<User>,
@@ -155,26 +186,13 @@ async fn run(
     heartbeat.tick().await;
     let mut id: u64 = 0;
     let why = loop {
-        // A change of users (ACL SETUSER, DELUSER, LOAD) is checked before anything more is
-        // sent: a user that lost the lock's name or channel gets nothing further.
-        if shared.acl.generation() != generation {
-            generation = shared.acl.generation();
-            match shared.acl.user(&user.name) {
-                Some(fresh)
-                    if fresh.enabled
-                        && fresh.can_access_key(&name)
-                        && fresh.can_access_channel(&feed.channel)
-                        && crate::server::acl::may_run(&fresh, "subscribe") =>
-                {
-                    user = fresh
-                }
-                _ => break Some("the user may no longer see this lock"),
-            }
-        }
         tokio::select! {
             delivery = deliveries.recv() => {
                 let Some(delivery) = delivery else { break None };
                 mailbox.delivered(delivery.size);
+                if !still_allowed(&shared, &mut user, &mut generation, &name, &feed.channel) {
+                    break Some(NO_LONGER_ALLOWED);
+                }
                 let mut open = true;
                 for message in delivery.messages() {
                     let Some((event, token)) = message
@@ -197,6 +215,9 @@ async fn run(
                 }
             }
             _ = heartbeat.tick() => {
+                if !still_allowed(&shared, &mut user, &mut generation, &name, &feed.channel) {
+                    break Some(NO_LONGER_ALLOWED);
+                }
                 if !outlet.send(Bytes::from_static(b": keepalive\n\n")) {
                     break None;
                 }

@@ -77,8 +77,8 @@ impl ConsoleError {
 
     fn response(&self) -> PageResponse {
         let body = serde_json::json!({ "error": self.to_string() }).to_string();
-        let response = PageResponse::whole(self.status(), JSON, body)
-            .header("cache-control", "no-store");
+        let response =
+            PageResponse::whole(self.status(), JSON, body).header("cache-control", "no-store");
         match self {
             ConsoleError::Unauthorized => response.header("www-authenticate", REALM),
             ConsoleError::Method => response.header("allow", "GET, HEAD"),
@@ -162,7 +162,8 @@ impl Console {
 
 impl Pages for Console {
     fn respond(&self, request: &PageRequest<'_>) -> Option<PageResponse> {
-        let ours = matches!(request.path, "/" | "/console") || request.path.starts_with("/console/");
+        let ours =
+            matches!(request.path, "/" | "/console") || request.path.starts_with("/console/");
         if !ours || !self.enabled() {
             return None;
         }
@@ -296,7 +297,11 @@ fn page() -> PageResponse {
 pub fn assemble_page() -> String {
     PAGE_HTML
         .replacen("<style></style>", &format!("<style>{PAGE_CSS}</style>"), 1)
-        .replacen("<script></script>", &format!("<script>{PAGE_JS}</script>"), 1)
+        .replacen(
+            "<script></script>",
+            &format!("<script>{PAGE_JS}</script>"),
+            1,
+        )
 }
 
 #[cfg(test)]
@@ -318,7 +323,10 @@ mod tests {
         );
         assert_eq!(basic_credentials(b"Bearer abc"), None);
         assert_eq!(basic_credentials(b"Basic !!!"), None);
-        assert_eq!(basic_credentials(format!("Basic {}", encode("nocolon")).as_bytes()), None);
+        assert_eq!(
+            basic_credentials(format!("Basic {}", encode("nocolon")).as_bytes()),
+            None
+        );
     }
 
     #[test]
