@@ -334,8 +334,17 @@ mod tests {
         let page = assemble_page();
         assert!(page.contains(&format!("<style>{PAGE_CSS}</style>")));
         assert!(page.contains(&format!("<script>{PAGE_JS}</script>")));
-        // (The SVG namespace is a name, not a place anything is loaded from.)
-        for outside in ["<link", "src=", "@import", "url(", "import(", "https://"] {
+        // (The SVG namespace is a name, not a place anything is loaded from; the icon is an
+        // empty data: URL, so the browser does not ask for /favicon.ico.)
+        assert!(page.contains(r#"<link rel="icon" href="data:,">"#));
+        for outside in [
+            "stylesheet",
+            "src=",
+            "@import",
+            "url(",
+            "import(",
+            "https://",
+        ] {
             assert!(!page.contains(outside), "the page names {outside}");
         }
     }

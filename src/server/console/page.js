@@ -87,9 +87,11 @@
   }
 
   // A line over the samples (null: no commands then), scaled to the largest, newest at the
-  // right; 150 samples fill the width.
+  // right; 150 samples (5 minutes) fill the width, drawn at the chart's own size.
   function chart(target, values, label) {
-    const width = 320, height = 90, top = 12, bottom = 84, slots = 149;
+    const width = Math.max(200, Math.round(target.clientWidth || 320));
+    const height = 90, top = 12, bottom = 84, slots = 149;
+    target.setAttribute('viewBox', `0 0 ${width} ${height}`);
     const present = values.filter((v) => v !== null && v !== undefined);
     const max = Math.max(...present, 0) || 1;
     const x = (i) => width - (values.length - 1 - i) * (width / slots);
@@ -249,8 +251,9 @@
     showError('cluster-error', results[0].reason);
     showError('hot-error', results[1].reason);
     showError('locks-error', results[2].reason);
-    $('status').classList.toggle('down', results.every((r) => r.status === 'rejected'));
-    $('status').title = results.every((r) => r.status === 'rejected') ? 'the server does not answer' : 'live';
+    const down = results.every((r) => r.status === 'rejected');
+    $('status').classList.toggle('down', down);
+    $('status').textContent = down ? '● no answer' : '● live';
   }
 
   async function loop() {
