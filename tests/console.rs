@@ -2,7 +2,8 @@
 //! its JSON ask for the Redis port's credentials (401 with a Basic challenge, 200 with them),
 //! show only the names a user's key patterns allow, `console no` answers 404 as before the
 //! console, the search by prefix pages through held locks with their holdings, and the event
-//! feed (server-sent events) delivers a release, with a cap on open feeds.
+//! feed (server-sent events) delivers a release, with a cap on open feeds; in a 3-node cluster
+//! each node shows the members, the leader, the term, the indexes and the lag it knows.
 
 mod common;
 
@@ -11,10 +12,11 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use common::{Raw, TestServer, wait_until};
+use common::cluster::Cluster;
+use common::{Raw, Server, TestServer, wait_until};
 use serde_json::Value;
 
-fn metrics_addr(server: &TestServer) -> SocketAddr {
+fn metrics_addr(server: &Server) -> SocketAddr {
     let log = server.log();
     let line = log
         .lines()
@@ -100,6 +102,23 @@ impl Feed {
         Feed {
             stream,
             seen: String::new(),
+        }
+    }
+
+    /// Reads until nothing came for a second (or `limit` passed).
+    fn read_until_quiet(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut quiet_since = Instant::now();
+        let mut buf = [0u8; 65536];
+        while Instant::now() < deadline && quiet_since.elapsed() < Duration::from_secs(1) {
+            match self.stream.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    self.seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    quiet_since = Instant::now();
+                }
+                Err(_) => {}
+            }
         }
     }
 
@@ -474,4 +493,164 @@ fn the_feed_delivers_a_release_and_feeds_are_capped() {
     // Bad requests get a clear error.
     assert_eq!(get(addr, "/console/api/events", None).status, 400);
     assert_eq!(get(addr, "/console/api/nothing", None).status, 404);
+}
+
+#[test]
+fn each_cluster_node_shows_the_members_leader_term_indexes_and_lag() {
+    let metrics = vec!["--metrics-port".to_string(), "0".to_string()];
+    let cluster = Cluster::start_with(3, 3, vec![metrics.clone(), metrics.clone(), metrics]);
+    let leader = cluster.wait_for_leader(Duration::from_secs(30));
+    let follower = (leader + 1) % 3;
+    let node = |i: usize| cluster.nodes[i].as_ref().unwrap();
+    let overview = |i: usize| get(metrics_addr(node(i)), "/console/api/overview", None).json();
+    let leader_id = overview(leader)["cluster"]["node_id"].clone();
+
+    // The leader knows what every member acknowledged: every lag is a number.
+    wait_until(
+        Duration::from_secs(20),
+        "the leader knows every member's index",
+        || {
+            let c = &overview(leader)["cluster"];
+            c["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|m| m["lag"].is_u64())
+        },
+    );
+    let c = overview(leader)["cluster"].clone();
+    assert_eq!(c["mode"], "cluster");
+    assert_eq!(c["role"], "leader");
+    assert_eq!(c["leader"], leader_id);
+    assert!(c["term"].as_u64().unwrap() >= 1, "{c}");
+    assert!(c["commit_index"].as_u64().unwrap() >= 1, "{c}");
+    let members = c["members"].as_array().unwrap();
+    assert_eq!(members.len(), 3, "{c}");
+    let leaders: Vec<&Value> = members.iter().filter(|m| m["role"] == "leader").collect();
+    assert_eq!(leaders.len(), 1, "{c}");
+    assert_eq!(leaders[0]["id"], leader_id);
+
+    // A follower knows the leader, and its own lag only.
+    let c = overview(follower)["cluster"].clone();
+    assert_eq!(c["role"], "follower", "{c}");
+    assert_eq!(c["leader"], leader_id);
+    for m in c["members"].as_array().unwrap() {
+        assert_eq!(m["lag"].is_u64(), m["id"] == c["node_id"], "{c}");
+    }
+
+    // A lock taken through the follower shows there, and its release comes on the follower's
+    // feed (every node publishes what it applied).
+    let mut client = Raw::connect(cluster.addr(follower));
+    let token = client.call(&["FLOCK.ACQUIRE", "jobs:cluster", "60000", "OWNER", "n2"]);
+    let token = token.trim_start_matches(':').trim().to_string();
+    let addr = metrics_addr(node(follower));
+    wait_until(
+        Duration::from_secs(10),
+        "the follower shows the lock",
+        || {
+            let found = get(addr, "/console/api/locks?prefix=jobs", None).json();
+            found["locks"][0]["holdings"][0]["token"] == token.as_str()
+        },
+    );
+    let mut feed = Feed::open(addr, "jobs:cluster", None);
+    assert!(
+        feed.wait_for("event: ready", Duration::from_secs(10)),
+        "{}",
+        feed.seen
+    );
+    assert_eq!(
+        client.call(&["FLOCK.RELEASE", "jobs:cluster", &token]),
+        ":1\r\n"
+    );
+    let released = format!(r#""event":"released","token":"{token}""#);
+    assert!(
+        feed.wait_for(&released, Duration::from_secs(10)),
+        "{}\n{}",
+        feed.seen,
+        cluster.logs()
+    );
+}
+
+#[test]
+fn a_feed_that_is_not_read_drops_events_and_says_so() {
+    let server = TestServer::start(&["--metrics-port", "0", "--appendfsync", "no"]);
+    let addr = metrics_addr(&server);
+    let mut feed = Feed::open(addr, "busy", None);
+    assert!(
+        feed.wait_for("event: ready", Duration::from_secs(10)),
+        "{}",
+        feed.seen
+    );
+    // The reader's socket takes little; the rest waits in the server's socket, then in the
+    // feed's queue of 64 chunks, and then is dropped.
+    let small: libc::c_int = 4096;
+    let set = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&feed.stream),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&small as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0);
+    let mut raw = server.raw();
+    let started = Instant::now();
+    let mut token = 0u64;
+    for _ in 0..40 {
+        let mut batch = Vec::new();
+        for _ in 0..1000 {
+            token += 1;
+            let t = token.to_string();
+            batch.extend_from_slice(&common::encode_request(&[
+                b"FLOCK.ACQUIRE",
+                b"busy",
+                b"60000",
+            ]));
+            batch.extend_from_slice(&common::encode_request(&[
+                b"FLOCK.RELEASE",
+                b"busy",
+                t.as_bytes(),
+            ]));
+        }
+        raw.send(&batch);
+        for _ in 0..2000 {
+            raw.read_reply();
+        }
+    }
+    eprintln!("80000 events in {:?}", started.elapsed());
+    // The notice goes out with the next event that finds room, once the reader reads again.
+    let mut next_pair = |raw: &mut Raw| {
+        token += 1;
+        let t = token.to_string();
+        assert_eq!(
+            raw.call(&["FLOCK.ACQUIRE", "busy", "60000"]),
+            format!(":{t}\r\n")
+        );
+        assert_eq!(raw.call(&["FLOCK.RELEASE", "busy", &t]), ":1\r\n");
+        t
+    };
+    let mut noticed = false;
+    for _ in 0..60 {
+        next_pair(&mut raw);
+        if feed.wait_for("event: dropped", Duration::from_millis(500)) {
+            noticed = true;
+            break;
+        }
+    }
+    assert!(noticed, "no dropped notice in {} bytes", feed.seen.len());
+    let notice = &feed.seen[feed.seen.find("event: dropped").unwrap()..];
+    let count: u64 = notice["event: dropped\ndata: {\"dropped\":".len()..]
+        .split('}')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}", &notice[..notice.len().min(200)]));
+    assert!(count > 0 && count < 80_000, "{count}");
+    // The feed goes on: once its reader caught up, a new event comes whole.
+    feed.read_until_quiet(Duration::from_secs(60));
+    let last = next_pair(&mut raw);
+    assert!(feed.wait_for(
+        &format!(r#""event":"released","token":"{last}""#),
+        Duration::from_secs(30)
+    ));
 }

@@ -36,7 +36,7 @@ cleanup() {
 trap cleanup EXIT
 
 if [[ ! -d tests/console/node_modules/playwright-core ]]; then
-    timeout 300 npm ci --prefix tests/console --no-audit --no-fund --silent
+    timeout 120 npm ci --prefix tests/console --no-audit --no-fund --silent
 fi
 
 PASSWORD="console-$RANDOM$RANDOM"
@@ -46,4 +46,4 @@ METRICS="$(sed -n 's#.*console on http://\(127\.0\.0\.1:[0-9]*\)/.*#\1#p' "$WORK
 
 CONSOLE_URL="http://$METRICS/" FLOCKD_PORT="$PORT" FLOCKD_PASSWORD="$PASSWORD" \
     SCREENSHOT="$SCREENSHOT" CHROMIUM="$CHROMIUM" \
-    timeout 180 node tests/console/browser.js
+    timeout 150 node tests/console/browser.js
