@@ -41,8 +41,8 @@ fi
 
 PASSWORD="console-$RANDOM$RANDOM"
 start_flockd console "$WORK" --metrics-port 0 --requirepass "$PASSWORD"
-METRICS="$(sed -n 's#.*console on http://\(127\.0\.0\.1:[0-9]*\)/.*#\1#p' "$WORK/flockd.log" | head -n1)"
-[[ -n "$METRICS" ]] || { echo "console: no 'console on' line in the log" >&2; cat "$WORK/flockd.log" >&2; exit 1; }
+METRICS="$(sed -n 's#.*metrics on http://\(127\.0\.0\.1:[0-9]*\)/metrics.*#\1#p' "$WORK/flockd.log" | head -n1)"
+[[ -n "$METRICS" ]] || { echo "console: no 'metrics on' line in the log" >&2; cat "$WORK/flockd.log" >&2; exit 1; }
 
 CONSOLE_URL="http://$METRICS/" FLOCKD_PORT="$PORT" FLOCKD_PASSWORD="$PASSWORD" \
     SCREENSHOT="$SCREENSHOT" CHROMIUM="$CHROMIUM" \
