@@ -51,6 +51,8 @@ pub struct Config {
     pub metrics_port: Option<u16>,
     /// The address of the metrics port (default: `bind`).
     pub metrics_bind: IpAddr,
+    /// The console page on the metrics port (`GET /` and `/console/api/...`).
+    pub console: bool,
     /// Lock names FLOCK.HOT tracks per ten seconds (its memory bound).
     pub hot_locks_capacity: usize,
     /// Lock events published on `__flock__:<name>` and `__flockevent__:<event>`.
@@ -130,6 +132,7 @@ impl Default for Config {
             config_file: None,
             metrics_port: None,
             metrics_bind: IpAddr::from([127, 0, 0, 1]),
+            console: true,
             hot_locks_capacity: 1024,
             notify_flock_events: true,
             client_output_buffer_limit_pubsub: crate::server::pubsub::DEFAULT_OUTPUT_LIMIT,
@@ -203,6 +206,10 @@ impl Config {
                 self.metrics_port.map(|p| p.to_string()).unwrap_or_default(),
             ),
             ("metrics-bind", self.metrics_bind.to_string()),
+            (
+                "console",
+                if self.console { "yes" } else { "no" }.to_string(),
+            ),
             ("hot-locks-capacity", self.hot_locks_capacity.to_string()),
             (
                 "notify-flock-events",
@@ -501,6 +508,9 @@ pub struct Settings {
     /// Address of the metrics port [default: bind].
     #[arg(long, env = "FLOCKD_METRICS_BIND", value_name = "ADDR")]
     pub metrics_bind: Option<String>,
+    /// yes: the metrics port serves the console page at / (and its /console/api/...); no.
+    #[arg(long, env = "FLOCKD_CONSOLE", value_name = "yes|no")]
+    pub console: Option<String>,
     /// Lock names FLOCK.HOT tracks (per ten seconds; bounds its memory).
     #[arg(long, env = "FLOCKD_HOT_LOCKS_CAPACITY", value_name = "N")]
     pub hot_locks_capacity: Option<u64>,
@@ -610,6 +620,7 @@ impl Settings {
                 .or(lower.latency_monitor_threshold),
             metrics_port: self.metrics_port.or(lower.metrics_port),
             metrics_bind: self.metrics_bind.or(lower.metrics_bind),
+            console: self.console.or(lower.console),
             hot_locks_capacity: self.hot_locks_capacity.or(lower.hot_locks_capacity),
             notify_flock_events: self.notify_flock_events.or(lower.notify_flock_events),
             client_output_buffer_limit_pubsub: self
@@ -836,6 +847,18 @@ impl Settings {
                 1_000_000,
                 "16..=1000000",
             )? as usize,
+            console: match self.console.as_deref() {
+                None => defaults.console,
+                Some("yes") => true,
+                Some("no") => false,
+                Some(other) => {
+                    return Err(ConfigError::Invalid {
+                        key: "console",
+                        value: other.to_string(),
+                        allowed: "yes, no",
+                    });
+                }
+            },
             notify_flock_events: match self.notify_flock_events.as_deref() {
                 None => defaults.notify_flock_events,
                 Some("on" | "yes") => true,

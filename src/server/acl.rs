@@ -278,6 +278,19 @@ pub fn check(
     Ok(())
 }
 
+/// Whether `user` may run `command` (by its name in the command table, no subcommand), as the
+/// admission step would decide: the console asks it for the command each endpoint stands for.
+pub fn may_run(user: &User, command: &str) -> bool {
+    let Some(index) = TABLE.iter().position(|m| m.name == command) else {
+        return false;
+    };
+    let (categories, _) = &catalog().commands[index];
+    user.can_run(CommandInfo {
+        name: command,
+        categories,
+    })
+}
+
 /// The users at start: `aclfile` if set (a bad file stops the start), else only `default` with
 /// `requirepass`.
 pub fn load_users(config: &crate::config::Config) -> Result<Acl, flockd_acl::AclError> {

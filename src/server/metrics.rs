@@ -25,15 +25,22 @@ impl DaemonMetrics {
     }
 }
 
-/// Binds the metrics port and serves it in the background until `shutdown`.
+/// Binds the metrics port and serves it (and the console's pages) in the background until
+/// `shutdown`.
 pub async fn start(
     addr: SocketAddr,
     source: Arc<DaemonMetrics>,
+    console: Arc<super::console::Console>,
     shutdown: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    tokio::spawn(flockd_metrics::serve(listener, source, shutdown));
+    tokio::spawn(flockd_metrics::serve(
+        listener,
+        source,
+        Some(console),
+        shutdown,
+    ));
     Ok(local)
 }
 

@@ -12,6 +12,7 @@ mod admission;
 pub mod clients;
 pub mod clock;
 mod connection;
+pub mod console;
 pub mod context;
 mod expiry;
 pub mod host;
@@ -135,12 +136,16 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     let users = acl::load_users(&config)?;
     // Up before the AOF loads, so /readyz can answer 503 while it does.
     let metrics = Arc::new(metrics::DaemonMetrics::default());
+    let console = Arc::new(console::Console::new(config.console));
     if let Some(port) = config.metrics_port {
         let addr = SocketAddr::new(config.metrics_bind, port);
-        let local = metrics::start(addr, metrics.clone(), shutdown.clone())
+        let local = metrics::start(addr, metrics.clone(), console.clone(), shutdown.clone())
             .await
             .map_err(|source| ServerError::Bind { addr, source })?;
         info!("metrics on http://{local}/metrics");
+        if config.console {
+            info!("console on http://{local}/");
+        }
     }
     let listen = |port: u16| async move {
         let addr = SocketAddr::new(config.bind, port);
@@ -209,6 +214,9 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     });
 
     metrics.serving(shared.clone());
+    if shared.config.load().metrics_port.is_some() {
+        console.serving(shared.clone());
+    }
     let refused = Arc::new(parking_lot::Mutex::new(None));
     if let Some(cluster) = &shared.cluster {
         tokio::spawn(stop_when_refused(

@@ -46,6 +46,34 @@ pub struct Message {
     pub frame: Bytes,
 }
 
+impl Message {
+    /// The message's payload: the last bulk string of its frame (`None` if the frame is not
+    /// the array of bulk strings publishing encodes).
+    pub fn payload(&self) -> Option<&[u8]> {
+        fn line<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
+            let end = rest.windows(2).position(|w| w == b"\r\n")?;
+            let (head, tail) = rest.split_at(end);
+            *rest = &tail[2..];
+            Some(head)
+        }
+        fn number(text: &[u8], sigil: u8) -> Option<usize> {
+            std::str::from_utf8(text.strip_prefix(&[sigil])?)
+                .ok()?
+                .parse()
+                .ok()
+        }
+        let mut rest: &[u8] = &self.frame;
+        let parts = number(line(&mut rest)?, b'*')?;
+        let mut last = None;
+        for _ in 0..parts {
+            let len = number(line(&mut rest)?, b'$')?;
+            last = Some(rest.get(..len)?);
+            rest = rest.get(len + 2..)?;
+        }
+        last
+    }
+}
+
 /// What one round of publishing sent to one subscriber: the round's messages, shared by all
 /// its subscribers (each frame is encoded and counted once), and which of them are this
 /// subscriber's.
@@ -535,6 +563,18 @@ mod tests {
             token,
             wait: None,
         }
+    }
+
+    #[test]
+    fn a_message_knows_its_payload() {
+        let registry = ClientRegistry::default();
+        let pubsub = Registry::default();
+        let (mailbox, mut rx) = Mailbox::new(client(&registry));
+        pubsub.subscribe(false, Bytes::from_static(b"__flock__:a\r\nb"), 1, &mailbox);
+        pubsub.publish_now(&[granted(b"a\r\nb", 7)]);
+        let delivery = rx.try_recv().unwrap();
+        let payloads: Vec<&[u8]> = delivery.messages().filter_map(Message::payload).collect();
+        assert_eq!(payloads, vec![&b"granted 7"[..]]);
     }
 
     #[test]

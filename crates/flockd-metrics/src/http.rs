@@ -1,4 +1,5 @@
-//! The HTTP port (`metrics-port`): `GET /metrics`, `/livez`, `/readyz`, on hyper. A public port
+//! The HTTP port (`metrics-port`): `GET /metrics`, `/livez`, `/readyz`, on hyper, and whatever
+//! the daemon's [`Pages`] answer (its console); the rest is 404. A public port
 //! gets bounded input: at most [`MAX_CONNECTIONS`] at once (more are closed at accept), headers
 //! in [`MAX_HEADER_BYTES`] (hyper answers 431 beyond), all headers within
 //! [`HEADER_READ_TIMEOUT`] (a slowloris client is dropped), and request bodies are never read.
@@ -8,9 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
+use hyper::header::{ALLOW, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -21,6 +21,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::exposition::{self, MetricsSource};
+use crate::pages::{PageRequest, Pages, PortBody};
 
 pub const MAX_CONNECTIONS: usize = 64;
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
@@ -32,21 +33,25 @@ const TEXT: &str = "text/plain; charset=utf-8";
 struct Endpoints {
     registry: Registry,
     source: Arc<dyn MetricsSource>,
+    pages: Option<Arc<dyn Pages>>,
 }
 
-/// Serves the endpoints on `listener` until `shutdown`.
+/// Serves the endpoints on `listener` until `shutdown`; `pages` answers what they do not.
 pub async fn serve(
     listener: TcpListener,
     source: Arc<dyn MetricsSource>,
+    pages: Option<Arc<dyn Pages>>,
     shutdown: CancellationToken,
 ) {
+    let local = listener.local_addr().ok();
     let endpoints = Arc::new(Endpoints {
         registry: exposition::registry(source.clone()),
         source,
+        pages,
     });
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
@@ -66,7 +71,8 @@ pub async fn serve(
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let endpoints = endpoints.clone();
-                async move { Ok::<_, Infallible>(respond(&endpoints, &request)) }
+                let addrs = (peer, local.unwrap_or(peer));
+                async move { Ok::<_, Infallible>(respond(&endpoints, &request, addrs)) }
             });
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -87,10 +93,40 @@ pub async fn serve(
     }
 }
 
-fn respond(endpoints: &Endpoints, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn respond(
+    endpoints: &Endpoints,
+    request: &Request<Incoming>,
+    (peer, local): (std::net::SocketAddr, std::net::SocketAddr),
+) -> Response<PortBody> {
     let path = request.uri().path();
     let known = matches!(path, "/metrics" | "/livez" | "/readyz");
     if !known {
+        let page = endpoints.pages.as_ref().and_then(|pages| {
+            pages.respond(&PageRequest {
+                method: request.method().as_str(),
+                path,
+                query: request.uri().query().unwrap_or(""),
+                authorization: request
+                    .headers()
+                    .get(AUTHORIZATION)
+                    .map(HeaderValue::as_bytes),
+                peer,
+                local,
+            })
+        });
+        if let Some(page) = page {
+            let mut response = Response::new(PortBody::from(page.body));
+            *response.status_mut() =
+                StatusCode::from_u16(page.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            for (name, value) in page.headers {
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    response
+                        .headers_mut()
+                        .append(HeaderName::from_static(name), value);
+                }
+            }
+            return response;
+        }
         return plain(
             StatusCode::NOT_FOUND,
             "not found: try /metrics, /livez or /readyz\n",
@@ -106,7 +142,7 @@ fn respond(endpoints: &Endpoints, request: &Request<Incoming>) -> Response<Full<
     match path {
         "/metrics" => {
             let body = exposition::render(&endpoints.registry);
-            let mut response = Response::new(Full::new(Bytes::from(body)));
+            let mut response = Response::new(PortBody::Whole(Some(Bytes::from(body))));
             response
                 .headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static(OPENMETRICS));
@@ -123,8 +159,10 @@ fn respond(endpoints: &Endpoints, request: &Request<Incoming>) -> Response<Full<
     }
 }
 
-fn plain(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::copy_from_slice(body.as_bytes())));
+fn plain(status: StatusCode, body: &str) -> Response<PortBody> {
+    let mut response = Response::new(PortBody::Whole(Some(Bytes::copy_from_slice(
+        body.as_bytes(),
+    ))));
     *response.status_mut() = status;
     response
         .headers_mut()
