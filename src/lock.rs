@@ -359,16 +359,27 @@ async fn supervise(
         // What CMD left behind in its group goes too: none of it holds the lock any more.
         signal_group(group, libc::SIGKILL);
         // After a lease that ran out by the clock the holding may still be there.
-        let _ = guard.release().await;
+        let _ = release(guard).await;
         return Ok(args.lost_exit_code);
     }
-    if let Err(e) = guard.release().await {
+    if let Err(e) = release(guard).await {
         eprintln!(
-            "flockd lock: the command ended, but releasing '{}' failed ({e}); the lease ends it",
+            "flockd lock: the command ended, but releasing '{}' failed ({e}); its lease ends it",
             args.name
         );
     }
     Ok(exit_code(status))
+}
+
+/// Releases the lock, trying for as long as its lease may still be valid (after that there is
+/// nothing left to free, and a server that stopped answering must not keep flockd lock).
+async fn release(guard: LockGuard) -> Result<(), String> {
+    let until = guard.valid_until();
+    match tokio::time::timeout_at(until, guard.release()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no reply while the lease lasted".to_string()),
+    }
 }
 
 /// Lock lost: SIGTERM to CMD's group now, and a time for SIGKILL: after --kill-after, and no
