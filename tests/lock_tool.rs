@@ -561,3 +561,62 @@ fn a_server_that_stops_answering_gets_cmd_killed_before_the_lease_ends() {
         "waited for --kill-after, not for the lease: {took:?}"
     );
 }
+
+#[test]
+fn a_node_that_refuses_connections_is_passed_over_for_the_next() {
+    let server = TestServer::start(&[]);
+    // A port nothing listens on (bound once to be free, then released).
+    let dead = common::cluster::free_ports(1)[0];
+    let urls = format!("redis://127.0.0.1:{dead}/,{}", server.url());
+    let mut run = LockRun::start(&urls, &["next", "--", "sh", "-c", "echo $FLOCK_TOKEN"]);
+    assert_eq!(
+        run.wait(Duration::from_secs(20)).code(),
+        Some(0),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(run.stdout(), "1\n");
+    assert_eq!(status_field(&server, "next", "locked"), "0");
+    // The dead node alone: a failure of flockd lock's own, CMD never run.
+    let mut run = LockRun::start(
+        &format!("redis://127.0.0.1:{dead}/"),
+        &["next", "--", "sh", "-c", "echo ran"],
+    );
+    assert_eq!(run.wait(Duration::from_secs(20)).code(), Some(125));
+    assert_eq!(run.stdout(), "");
+    assert!(run.stderr().contains("refused"), "{}", run.stderr());
+}
+
+#[test]
+fn a_node_without_a_leader_answers_clusterdown_and_the_next_node_is_asked() {
+    // Node 1 of a 3-node cluster started alone: no leader, so -CLUSTERDOWN after 300 ms.
+    let wait_leader = vec!["--cluster-wait-leader-ms".to_string(), "300".to_string()];
+    let mut lonely = Cluster::start_with(0, 3, vec![wait_leader]);
+    let all: Vec<String> = (0..3).map(|i| lonely.peer(i)).collect();
+    lonely.start_node_with(0, &all.join(","));
+    let reply = lonely.call(0, &["FLOCK.ACQUIRE", "probe", "1000"]);
+    assert!(reply.starts_with("-CLUSTERDOWN"), "{reply}");
+    let server = TestServer::start(&[]);
+    let urls = format!("redis://{}/,{}", lonely.addr(0), server.url());
+    let mut run = LockRun::start(
+        &urls,
+        &[
+            "down",
+            "--lease",
+            "2000",
+            "--",
+            "sh",
+            "-c",
+            "sleep 1; echo $FLOCK_TOKEN",
+        ],
+    );
+    assert_eq!(
+        run.wait(Duration::from_secs(20)).code(),
+        Some(0),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(run.stdout(), "1\n");
+    assert_eq!(status_field(&server, "down", "last-token"), "1");
+    assert_eq!(status_field(&server, "down", "locked"), "0");
+}

@@ -44,7 +44,8 @@ impl Route {
 pub enum Lost {
     /// The server refused a renewal (`-NOTOWNER`): the holding is gone.
     RenewRefused(String),
-    /// A renewal failed (connection error, timeout): the holding may be gone.
+    /// A renewal failed: no node answered before the lease was about to run out, or an error
+    /// reply other than `-NOTOWNER` (`-NOPERM`, say). The holding may be gone.
     RenewFailed(String),
     /// The lease, counted from when the last successful renewal was sent, is about to run out
     /// (a renewal did not come back in time, or this process was paused).

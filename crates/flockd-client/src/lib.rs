@@ -36,6 +36,12 @@
 //! # }
 //! ```
 //!
+//! [`Client::open_nodes`] takes the nodes of a cluster: a request that meets a refused,
+//! dropped or silent connection or `-CLUSTERDOWN` goes to the next node, so renewals go on
+//! across a leader change (with one node, to the same one, reconnected). A renewal is retried
+//! this way until the lease is about to run out; only then, or on an error reply other than
+//! `-NOTOWNER`, is the lock lost by [`Lost::RenewFailed`].
+//!
 //! `examples/renewing_lock.rs` is the same as a whole program; the repository's tests run it
 //! against a real server.
 
