@@ -168,14 +168,37 @@ async fn lock_and_run(args: &LockArgs) -> Result<u8, LockError> {
     };
     // Installed before CMD exists, so no SIGCHLD or forwarded signal can slip past.
     let mut signals = Signals::new().map_err(LockError::Signals)?;
-    let child = match spawn(args, &guard) {
+    let terminal = owns_terminal();
+    let child = match spawn(args, &guard, terminal) {
         Ok(child) => child,
         Err(e) => {
             let _ = guard.release().await;
             return Err(e);
         }
     };
-    supervise(args, guard, child, &mut signals).await
+    let code = supervise(args, guard, child, &mut signals).await;
+    if terminal {
+        take_terminal_back();
+    }
+    code
+}
+
+/// Whether a shell ran this process in the foreground of the terminal on stdin: then CMD gets
+/// the terminal (an interactive CMD in a background group would be stopped by SIGTTIN on its
+/// first read, with the lock held for as long as nobody notices).
+fn owns_terminal() -> bool {
+    // SAFETY: plain queries of the terminal on fd 0.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+}
+
+/// The terminal back to this process's group once CMD is gone, as a shell does after a job.
+fn take_terminal_back() {
+    // SAFETY: a background group's tcsetpgrp raises SIGTTOU unless it is ignored meanwhile.
+    unsafe {
+        let before = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        libc::tcsetpgrp(0, libc::getpgrp());
+        libc::signal(libc::SIGTTOU, before);
+    }
 }
 
 /// One redis client per URL, with the TLS files for `rediss://` ones.
@@ -254,7 +277,7 @@ async fn acquire(client: &Client, args: &LockArgs) -> Result<Option<LockGuard>, 
 
 /// Starts CMD in a process group of its own (so a lost lock can stop all of it), with the
 /// lock in its environment, and bound to die with this process.
-fn spawn(args: &LockArgs, guard: &LockGuard) -> Result<Child, LockError> {
+fn spawn(args: &LockArgs, guard: &LockGuard, terminal: bool) -> Result<Child, LockError> {
     let mut command = std::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
@@ -264,7 +287,8 @@ fn spawn(args: &LockArgs, guard: &LockGuard) -> Result<Child, LockError> {
         .env("FLOCKD_URL", args.url.join(","))
         .process_group(0);
     let parent = std::process::id();
-    // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid, raise).
+    // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid, raise,
+    // setpgid, signal, tcsetpgrp, getpid).
     unsafe {
         command.pre_exec(move || {
             // If flockd lock is killed outright nothing renews the lease: CMD must not run on.
@@ -274,6 +298,14 @@ fn spawn(args: &LockArgs, guard: &LockGuard) -> Result<Child, LockError> {
             // The parent died before the prctl: the signal will never come.
             if libc::getppid() as u32 != parent {
                 libc::raise(libc::SIGKILL);
+            }
+            if terminal {
+                // Its own group first (as process_group(0) does), then the terminal for it,
+                // before exec, so its first read finds it in the foreground.
+                libc::setpgid(0, 0);
+                let before = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                libc::tcsetpgrp(0, libc::getpid());
+                libc::signal(libc::SIGTTOU, before);
             }
             Ok(())
         });

@@ -620,3 +620,37 @@ fn a_node_without_a_leader_answers_clusterdown_and_the_next_node_is_asked() {
     assert_eq!(status_field(&server, "down", "last-token"), "1");
     assert_eq!(status_field(&server, "down", "locked"), "0");
 }
+
+#[test]
+fn an_interactive_command_gets_the_terminal() {
+    let have_script = Command::new("script")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have_script {
+        return common::skipping("script(1) (util-linux) is not installed");
+    }
+    let server = TestServer::start(&[]);
+    // script(1) runs flockd lock on a pseudo-terminal, in its foreground. CMD reads that
+    // terminal: in a background process group its read would stop it (SIGTTIN) for good.
+    let line = format!(
+        "FLOCKD_URL={} {BIN} lock tty -- sh -c 'read line; echo \"got $line token $FLOCK_TOKEN\"; exit 4'",
+        server.url()
+    );
+    let mut child = Command::new("timeout")
+        .args(["20", "script", "-qec", &line, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script");
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let out = common::collect_output(child, Duration::from_secs(30));
+    assert!(out.stdout.contains("got hello token 1"), "{out:?}");
+    // script(1) exits with its command's code: flockd lock's, which is CMD's.
+    assert_eq!(out.status.and_then(|s| s.code()), Some(4), "{out:?}");
+    assert_eq!(status_field(&server, "tty", "locked"), "0");
+}
