@@ -335,8 +335,9 @@ impl Signals {
     }
 }
 
-/// Why CMD is being stopped, and when it gets SIGKILL if it is still there.
+/// CMD is being stopped because the lock is lost.
 struct Ending {
+    /// When its group gets SIGKILL if CMD is still there (`None`: sent already).
     kill_at: Option<Instant>,
 }
 
