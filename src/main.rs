@@ -1,11 +1,12 @@
 //! The flockd daemon: parse flags, set up logging, run the server until SIGTERM, SIGINT or
-//! SHUTDOWN; or run a tool such as `flockd check-aof`.
+//! SHUTDOWN; or run a tool such as `flockd check-aof` or `flockd lock`.
 
 mod check_aof;
 mod commands;
 mod config;
 mod data_dir;
 mod healthcheck;
+mod lock;
 mod logging;
 mod server;
 
@@ -25,6 +26,10 @@ fn main() -> ExitCode {
     if let Some(Tool::CheckAof { fix, file }) = &cli.command {
         return check_aof::run(file, *fix);
     }
+    let cli = match cli.command {
+        Some(Tool::Lock(args)) => return lock::run(*args),
+        _ => cli,
+    };
     // `flockd ping --port N` and `flockd --port N ping` alike: the subcommand's flags first.
     let (ping, settings) = match cli.command {
         Some(Tool::Ping { settings }) => (true, settings.or(cli.settings)),

@@ -641,3 +641,44 @@ fn ping_reaches_a_tls_only_server_with_the_tls_files() {
         "the server still runs"
     );
 }
+
+/// `flockd lock` over mutual TLS with the same `tls-*` files as the daemon's flags: CMD runs
+/// with its token; without the client certificate the handshake fails and CMD never runs.
+#[test]
+fn flockd_lock_over_mutual_tls_with_the_tls_files() {
+    let pki = Pki::new();
+    let server = start(&pki, &[]);
+    let url = format!("rediss://{}/", tls_addr(&server));
+    let lock = |with_cert: bool| {
+        let mut args = vec![
+            "lock".to_string(),
+            "tls:job".to_string(),
+            "--url".to_string(),
+            url.clone(),
+            "--tls-ca-cert-file".to_string(),
+            pki.p("ca.crt"),
+        ];
+        if with_cert {
+            args.extend([
+                "--tls-cert-file".to_string(),
+                pki.p("client.crt"),
+                "--tls-key-file".to_string(),
+                pki.p("client.key"),
+            ]);
+        }
+        args.extend(["--", "sh", "-c", "echo token=$FLOCK_TOKEN"].map(String::from));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::run_flockd(&args, &[], Duration::from_secs(30))
+    };
+    let out = lock(true);
+    assert_eq!(
+        (out.status.and_then(|s| s.code()), out.stdout.as_str()),
+        (Some(0), "token=1\n"),
+        "{}",
+        out.stderr
+    );
+    let out = lock(false);
+    assert_eq!(out.status.and_then(|s| s.code()), Some(125), "{out:?}");
+    assert_eq!(out.stdout, "");
+    assert!(out.stderr.starts_with("flockd lock: "), "{}", out.stderr);
+}

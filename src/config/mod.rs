@@ -407,6 +407,11 @@ pub enum Tool {
         #[command(flatten)]
         settings: Box<Settings>,
     },
+    /// Run CMD while holding a lock: `flockd lock NAME [options] -- CMD [ARGS...]`. CMD sees
+    /// FLOCK_NAME and FLOCK_TOKEN; the lease is renewed while it runs, released when it exits,
+    /// and CMD is terminated if the lock is lost. Exit code: CMD's; -E (default 1) when the
+    /// lock was not acquired; --lost-exit-code (default 75) when it was lost.
+    Lock(Box<crate::lock::LockArgs>),
 }
 
 /// One optional value per key, from a flag or a FLOCKD_* variable; `None` lets the file or the

@@ -4,19 +4,48 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use redis::aio::{MultiplexedConnection, PubSub};
+use redis::{FromRedisValue, RedisError};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::Error;
+use crate::nodes::{Nodes, SHARED_REPLY_TIMEOUT};
 use crate::watchdog::Watchdog;
+
+/// Where a holding's requests go.
+#[derive(Clone)]
+pub(crate) enum Route {
+    /// A SESSION holding lives and dies with the connection that acquired it.
+    Pinned(MultiplexedConnection),
+    /// Any other goes to whichever node answers.
+    Nodes(Arc<Nodes>),
+}
+
+impl Route {
+    /// Sends `cmd`; through the nodes it is sent again elsewhere after a connection failure or
+    /// `-CLUSTERDOWN`, until `until`.
+    pub async fn query<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        until: Instant,
+    ) -> Result<T, RedisError> {
+        match self {
+            Route::Pinned(conn) => cmd.query_async(&mut conn.clone()).await,
+            Route::Nodes(nodes) => nodes.query(cmd, until).await,
+        }
+    }
+}
 
 /// Why a lock can no longer be trusted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Lost {
     /// The server refused a renewal (`-NOTOWNER`): the holding is gone.
     RenewRefused(String),
-    /// A renewal failed (connection error, timeout): the holding may be gone.
+    /// A renewal failed: no node answered before the lease was about to run out, or an error
+    /// reply other than `-NOTOWNER` (`-NOPERM`, say). The holding may be gone.
     RenewFailed(String),
     /// The lease, counted from when the last successful renewal was sent, is about to run out
     /// (a renewal did not come back in time, or this process was paused).
@@ -44,7 +73,7 @@ impl fmt::Display for Lost {
 pub struct LockGuard {
     name: String,
     token: u64,
-    conn: MultiplexedConnection,
+    route: Route,
     /// Until when the holding is known to be valid (set by the watchdog).
     valid_until: watch::Receiver<Instant>,
     lost: watch::Receiver<Option<Lost>>,
@@ -59,7 +88,8 @@ impl LockGuard {
         token: u64,
         lease: Duration,
         sent: Instant,
-        conn: MultiplexedConnection,
+        route: Route,
+        nodes: Arc<Nodes>,
         events: Option<PubSub>,
     ) -> LockGuard {
         let margin = safety_margin(lease);
@@ -72,7 +102,8 @@ impl LockGuard {
             lease,
             margin,
             renewed_at: sent,
-            conn: conn.clone(),
+            route: route.clone(),
+            nodes,
             valid_until: valid_tx,
             lost: lost_tx,
         };
@@ -80,7 +111,7 @@ impl LockGuard {
         LockGuard {
             name,
             token,
-            conn,
+            route,
             valid_until,
             lost,
             margin,
@@ -96,6 +127,17 @@ impl LockGuard {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Until when the holding is valid by this process's clock: the lease counted from when the
+    /// last successful renewal (or the acquire) was sent. Later only as renewals succeed.
+    pub fn valid_until(&self) -> Instant {
+        *self.valid_until.borrow()
+    }
+
+    /// How long before [`LockGuard::valid_until`] the lock counts as lost.
+    pub fn safety_margin(&self) -> Duration {
+        self.margin
     }
 
     /// Why the lock is lost, if it is, checked now: also when the lease is about to run out by
@@ -135,14 +177,13 @@ impl LockGuard {
         if let Some(lost) = self.is_lost() {
             return Err(Error::Lost(lost));
         }
-        let stored: i64 = redis::cmd("FENCE.SET")
-            .arg(key)
+        let mut cmd = redis::cmd("FENCE.SET");
+        cmd.arg(key)
             .arg(self.token)
             .arg(value)
             .arg("LOCK")
-            .arg(&self.name)
-            .query_async(&mut self.conn.clone())
-            .await?;
+            .arg(&self.name);
+        let stored: i64 = self.route.query(&cmd, self.retry_until()).await?;
         Ok(stored == 1)
     }
 
@@ -151,12 +192,18 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<bool, Error> {
         self.stop_watchdog();
         self.released = true;
-        let free: i64 = redis::cmd("FLOCK.RELEASE")
-            .arg(&self.name)
-            .arg(self.token)
-            .query_async(&mut self.conn)
-            .await?;
+        let mut cmd = redis::cmd("FLOCK.RELEASE");
+        cmd.arg(&self.name).arg(self.token);
+        let free: i64 = self.route.query(&cmd, self.retry_until()).await?;
         Ok(free == 1)
+    }
+
+    /// How long a request of this holding is sent again after a failure: while the lease may
+    /// still be valid (a release after that has nothing left to free), and at least one reply
+    /// timeout.
+    fn retry_until(&self) -> Instant {
+        self.valid_until()
+            .max(Instant::now() + SHARED_REPLY_TIMEOUT)
     }
 
     fn stop_watchdog(&mut self) {
@@ -177,14 +224,12 @@ impl Drop for LockGuard {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let mut conn = self.conn.clone();
-        let (name, token) = (std::mem::take(&mut self.name), self.token);
+        let route = self.route.clone();
+        let until = self.retry_until();
+        let mut cmd = redis::cmd("FLOCK.RELEASE");
+        cmd.arg(std::mem::take(&mut self.name)).arg(self.token);
         runtime.spawn(async move {
-            let _: Result<i64, _> = redis::cmd("FLOCK.RELEASE")
-                .arg(name)
-                .arg(token)
-                .query_async(&mut conn)
-                .await;
+            let _: Result<i64, _> = route.query(&cmd, until).await;
         });
     }
 }

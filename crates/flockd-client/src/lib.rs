@@ -36,20 +36,29 @@
 //! # }
 //! ```
 //!
+//! [`Client::open_nodes`] takes the nodes of a cluster: a request that meets a refused,
+//! dropped or silent connection or `-CLUSTERDOWN` goes to the next node, so renewals go on
+//! across a leader change (with one node, to the same one, reconnected). A renewal is retried
+//! this way until the lease is about to run out; only then, or on an error reply other than
+//! `-NOTOWNER`, is the lock lost by [`Lost::RenewFailed`].
+//!
 //! `examples/renewing_lock.rs` is the same as a whole program; the repository's tests run it
 //! against a real server.
 
 mod error;
 mod guard;
+mod nodes;
 mod watchdog;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::AsyncConnectionConfig;
-use redis::aio::MultiplexedConnection;
+use tokio::time::Instant;
 
 pub use error::Error;
+use guard::Route;
 pub use guard::{LockGuard, Lost};
+use nodes::{Nodes, worth_another_node};
 
 /// How a lock is shared, as `FLOCK.ACQUIRE`'s `SHARED` and `LIMIT n` say.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -63,31 +72,44 @@ pub enum Mode {
     Limit(u16),
 }
 
-/// Connections to one flockd.
+/// Connections to one flockd, or to the nodes of a cluster.
 #[derive(Clone)]
 pub struct Client {
-    client: redis::Client,
-    /// Renewals, releases and acquires that cannot block: one multiplexed connection for all.
-    shared: MultiplexedConnection,
+    /// Renewals, releases and acquires that cannot block share one multiplexed connection,
+    /// moved to the next node when its node fails.
+    nodes: Arc<Nodes>,
 }
 
 /// Extra time a blocking request is given beyond what it asked the server to wait.
 const REPLY_SLACK: Duration = Duration::from_secs(5);
-/// How long a request that does not block may take on the shared connection. Not the redis
-/// crate's 500 ms: under `appendfsync always` on a slow disk a renewal can take longer and
-/// still be in time. A renewal is bounded by its lease anyway (see `watchdog`).
-const SHARED_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Client {
-    /// Connects to flockd at `url` (`redis://host:port/`, `rediss://` with TLS if the redis
-    /// crate was built with it).
+    /// Connects to flockd at `url` (`redis://[user:pass@]host:port/`, `rediss://` with TLS if
+    /// the redis crate was built with it).
     pub async fn open(url: &str) -> Result<Client, Error> {
-        let client = redis::Client::open(url)?;
-        let config = AsyncConnectionConfig::new().set_response_timeout(Some(SHARED_REPLY_TIMEOUT));
-        let shared = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        Ok(Client { client, shared })
+        Client::open_nodes(&[url]).await
+    }
+
+    /// Connects to the first of several nodes of a cluster that answers. A request that meets
+    /// a refused or dropped connection, a timeout or `-CLUSTERDOWN` goes to the next node, so
+    /// renewals go on across a leader change.
+    pub async fn open_nodes(urls: &[impl AsRef<str>]) -> Result<Client, Error> {
+        let clients = urls
+            .iter()
+            .map(|url| redis::Client::open(url.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Client::from_clients(clients).await
+    }
+
+    /// As [`Client::open_nodes`], from clients built by the caller (TLS with a client
+    /// certificate: `redis::Client::build_with_tls`).
+    pub async fn from_clients(clients: Vec<redis::Client>) -> Result<Client, Error> {
+        if clients.is_empty() {
+            return Err(Error::Options("no server to connect to"));
+        }
+        Ok(Client {
+            nodes: Arc::new(Nodes::connect(clients).await?),
+        })
     }
 
     /// A lock request for `name`: exclusive, a 30 s lease, no wait, until changed.
@@ -101,16 +123,6 @@ impl Client {
             mode: Mode::Exclusive,
             session: false,
         }
-    }
-
-    /// A connection of its own, with a reply timeout of `timeout` (a blocking acquire must not
-    /// hold up the shared connection, and a SESSION holding lives as long as its connection).
-    async fn dedicated(&self, timeout: Duration) -> Result<MultiplexedConnection, Error> {
-        let config = AsyncConnectionConfig::new().set_response_timeout(Some(timeout));
-        Ok(self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?)
     }
 }
 
@@ -163,7 +175,8 @@ impl LockBuilder<'_> {
         self
     }
 
-    fn command(&self) -> Result<redis::Cmd, Error> {
+    /// The acquire, asking the server to wait `wait` (none: not at all).
+    fn command(&self, wait: Option<Duration>) -> Result<redis::Cmd, Error> {
         let lease_ms = self.lease.as_millis();
         if lease_ms == 0 {
             return Err(Error::Options("the lease must be at least 1 ms"));
@@ -180,7 +193,7 @@ impl LockBuilder<'_> {
                 cmd.arg("LIMIT").arg(n);
             }
         }
-        if let Some(wait) = self.wait.filter(|w| !w.is_zero()) {
+        if let Some(wait) = wait.filter(|w| !w.is_zero()) {
             cmd.arg("WAIT").arg(wait.as_millis().max(1) as u64);
         }
         if let Some(owner) = &self.owner {
@@ -194,18 +207,64 @@ impl LockBuilder<'_> {
 
     /// Sends the acquire: a guard with the token, or `None` when the lock was not granted (at
     /// once, or within the wait).
+    ///
+    /// A node that cannot be reached, drops the connection or answers `-CLUSTERDOWN` is passed
+    /// over for the next (each node once, or until the wait is over when waiting). An acquire
+    /// whose connection dropped may have been granted unseen: that holding is never renewed
+    /// and ends with its lease.
     pub async fn acquire(self) -> Result<Option<LockGuard>, Error> {
-        let cmd = self.command()?;
+        self.command(None)?;
+        let nodes = &self.client.nodes;
         let blocking = self.wait.is_some_and(|w| !w.is_zero());
-        let mut conn = if blocking || self.session {
-            let wait = self.wait.unwrap_or_default();
-            self.client.dedicated(wait + REPLY_SLACK).await?
-        } else {
-            self.client.shared.clone()
+        let wait_until = Instant::now() + self.wait.unwrap_or_default();
+        let mut attempts = 0;
+        let (index, conn, sent, reply) = loop {
+            attempts += 1;
+            // A retry asks for what is left of the wait.
+            let wait = blocking.then(|| {
+                wait_until
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1))
+            });
+            let cmd = self.command(wait)?;
+            let connected = if blocking || self.session {
+                let index = nodes.current_index().await;
+                let timeout = wait.unwrap_or_default() + REPLY_SLACK;
+                nodes
+                    .open(index, timeout)
+                    .await
+                    .map(|conn| (index, conn))
+                    .map_err(|e| (index, e))
+            } else {
+                nodes.shared().await
+            };
+            // Validity is counted from the moment the request left, not from the reply.
+            let sent = Instant::now();
+            let result = match connected {
+                Ok((index, mut conn)) => cmd
+                    .query_async::<redis::Value>(&mut conn)
+                    .await
+                    .map(|reply| (index, conn, reply))
+                    .map_err(|e| (index, e)),
+                Err(failed) => Err(failed),
+            };
+            match result {
+                Ok((index, conn, reply)) => break (index, conn, sent, reply),
+                Err((index, e)) if worth_another_node(&e) => {
+                    nodes.failed(index).await;
+                    let more = if blocking {
+                        Instant::now() < wait_until
+                    } else {
+                        attempts < nodes.len()
+                    };
+                    if !more {
+                        return Err(e.into());
+                    }
+                    nodes::pause().await;
+                }
+                Err((_, e)) => return Err(e.into()),
+            }
         };
-        // Validity is counted from the moment the request left, not from the reply.
-        let sent = tokio::time::Instant::now();
-        let reply: redis::Value = cmd.query_async(&mut conn).await?;
         let token = match reply {
             redis::Value::Int(token) if token > 0 => token as u64,
             redis::Value::Nil => return Ok(None),
@@ -216,15 +275,24 @@ impl LockBuilder<'_> {
                 });
             }
         };
-        // A SESSION holding must keep its connection; any other goes on the shared one.
-        let conn = if self.session {
-            conn
+        // A SESSION holding must keep its connection; any other goes through the nodes.
+        let route = if self.session {
+            Route::Pinned(conn)
         } else {
-            self.client.shared.clone()
+            Route::Nodes(self.client.nodes.clone())
         };
-        let events = self.client.client.get_async_pubsub().await;
+        let events = nodes.pubsub(index).await;
         Ok(Some(
-            LockGuard::start(self.name, token, self.lease, sent, conn, events.ok()).await,
+            LockGuard::start(
+                self.name,
+                token,
+                self.lease,
+                sent,
+                route,
+                nodes.clone(),
+                events,
+            )
+            .await,
         ))
     }
 }

@@ -5,12 +5,16 @@
 use std::pin::Pin;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use futures_util::{Stream, StreamExt};
-use redis::aio::{MultiplexedConnection, PubSub};
+use redis::aio::PubSub;
 use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, sleep_until};
 
 use crate::Lost;
+use crate::guard::Route;
+use crate::nodes::Nodes;
 
 pub(crate) struct Watchdog {
     pub name: String,
@@ -19,7 +23,9 @@ pub(crate) struct Watchdog {
     pub margin: Duration,
     /// When the request behind the current validity was sent.
     pub renewed_at: Instant,
-    pub conn: MultiplexedConnection,
+    pub route: Route,
+    /// Where a new event subscription is made after the first one's node went away.
+    pub nodes: Arc<Nodes>,
     pub valid_until: watch::Sender<Instant>,
     pub lost: watch::Sender<Option<Lost>>,
 }
@@ -37,15 +43,30 @@ impl Watchdog {
     /// Subscribes to the lock's channel (before returning, so no event after the grant is
     /// missed), then runs until stopped or the lock is lost.
     pub async fn spawn(self, events: Option<PubSub>, stopped: oneshot::Receiver<()>) {
-        let channel = format!("__flock__:{}", self.name);
-        let events: Option<Events> = match events {
-            Some(mut pubsub) => match pubsub.subscribe(&channel).await {
-                Ok(()) => Some(Box::pin(pubsub.into_on_message())),
-                Err(_) => None,
-            },
+        let events = match events {
+            Some(pubsub) => self.subscribe(pubsub).await,
             None => None,
         };
         tokio::spawn(self.run(events, stopped));
+    }
+
+    async fn subscribe(&self, mut pubsub: PubSub) -> Option<Events> {
+        let channel = format!("__flock__:{}", self.name);
+        match pubsub.subscribe(&channel).await {
+            Ok(()) => Some(Box::pin(pubsub.into_on_message())),
+            Err(_) => None,
+        }
+    }
+
+    /// Events again, from the node that answers now, after the first subscription's node went
+    /// away. An event between the two is missed; the renewal after it is refused instead.
+    async fn resubscribe(&self) -> Option<Events> {
+        let Route::Nodes(_) = self.route else {
+            return None;
+        };
+        let index = self.nodes.current_index().await;
+        let pubsub = self.nodes.pubsub(index).await?;
+        self.subscribe(pubsub).await
     }
 
     fn deadline(&self) -> Instant {
@@ -74,7 +95,14 @@ impl Watchdog {
                         return self.lose(Lost::LeaseRunningOut);
                     }
                     match self.renew(&mut stopped).await {
-                        Renewal::Renewed => {}
+                        Renewal::Renewed => {
+                            if events.is_none() {
+                                events = tokio::select! {
+                                    events = self.resubscribe() => events,
+                                    _ = sleep_until(self.deadline()) => None,
+                                };
+                            }
+                        }
                         Renewal::Stopped => return,
                         Renewal::Lost(lost) => return self.lose(lost),
                     }
@@ -85,18 +113,35 @@ impl Watchdog {
 
     /// One renewal; it must come back before the lease (from the last one sent) is about to end.
     async fn renew(&mut self, stopped: &mut oneshot::Receiver<()>) -> Renewal {
-        let sent = Instant::now();
-        let mut conn = self.conn.clone();
         let mut cmd = redis::cmd("FLOCK.RENEW");
         cmd.arg(&self.name)
             .arg(self.token)
             .arg(self.lease.as_millis() as u64);
+        // Each attempt's send time counts: a renewal sent again to another node after a failure
+        // makes the lease valid from then, not from the first try.
+        let sent = std::sync::Mutex::new(Instant::now());
+        let attempts = async {
+            loop {
+                *sent.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+                let reply = self.route.query::<i64>(&cmd, Instant::now()).await;
+                match &reply {
+                    Err(e) if crate::nodes::worth_another_node(e) => {
+                        if let Route::Pinned(_) = self.route {
+                            return reply;
+                        }
+                        crate::nodes::pause().await;
+                    }
+                    _ => return reply,
+                }
+            }
+        };
         let reply = tokio::select! {
-            reply = cmd.query_async::<i64>(&mut conn) => reply,
+            reply = attempts => reply,
             _ = sleep_until(self.deadline()) => return Renewal::Lost(Lost::LeaseRunningOut),
             // Released meanwhile: nothing is lost.
             _ = stopped => return Renewal::Stopped,
         };
+        let sent = sent.into_inner().unwrap_or_else(|e| e.into_inner());
         match reply {
             Ok(1) => {
                 self.renewed_at = sent;
