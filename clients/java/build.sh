@@ -5,6 +5,7 @@
 #   clients/java/build.sh          -> clients/java/build/flockd-client.jar
 #   clients/java/build.sh test     -> that, then the tests (PostgreSQL's test needs
 #                                     libpostgresql-jdbc-java and the postgresql server binaries)
+#   clients/java/build.sh test ClusterTest ...   -> only those test classes
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -20,6 +21,12 @@ jar --create --file "$build/flockd-client.jar" -C "$build/classes" .
 echo "built $build/flockd-client.jar"
 
 [ "${1:-}" = "test" ] || exit 0
+shift
+selection=(--scan-class-path "$build/test-classes")
+if (($#)); then
+  selection=()
+  for class in "$@"; do selection+=(--select-class "io.flockd.$class"); done
+fi
 
 [ -f "$junit" ] || { echo "no JUnit console launcher at $junit (apt-get install junit5)" >&2; exit 1; }
 [ -f "$pgjdbc" ] || { echo "no PostgreSQL JDBC driver at $pgjdbc (apt-get install libpostgresql-jdbc-java)" >&2; exit 1; }
@@ -28,6 +35,8 @@ case "$FLOCKD_BIN" in /*) ;; *) FLOCKD_BIN="$root/$FLOCKD_BIN" ;; esac
 [ -x "$FLOCKD_BIN" ] || { echo "no flockd binary at $FLOCKD_BIN: build it, or set FLOCKD_BIN" >&2; exit 1; }
 export FLOCKD_JAVA_README="$here/README.md"
 export FLOCKD_JAVA_JAR="$build/flockd-client.jar"
+# Tests that start a JVM of their own (a holder to pause) give it this class path.
+export FLOCKD_JAVA_TEST_CP="$build/classes:$build/test-classes:$pgjdbc"
 
 find "$here/src/test/java" -name '*.java' > "$build/test-sources.txt"
 javac --release 17 -Xlint:all -Xlint:-try -Werror -d "$build/test-classes" \
@@ -36,6 +45,6 @@ javac --release 17 -Xlint:all -Xlint:-try -Werror -d "$build/test-classes" \
 timeout --signal=TERM --kill-after=10 300 \
   java -jar "$junit" \
     --class-path "$build/classes:$build/test-classes:$pgjdbc" \
-    --scan-class-path "$build/test-classes" \
+    "${selection[@]}" \
     --config junit.jupiter.execution.timeout.default=90s \
     --disable-banner --disable-ansi-colors --details=tree --fail-if-no-tests

@@ -32,6 +32,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.net.ssl.KeyManagerFactory;
 import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLException;
 import javax.net.ssl.TrustManagerFactory;
 
 /**
@@ -261,6 +262,9 @@ public final class FlockdClient implements AutoCloseable {
             Connection conn;
             try {
                 conn = borrow();
+            } catch (SSLException e) {
+                // A certificate no node accepts does not get better by asking again.
+                throw new FlockdException("TLS with every node failed (nodes " + settings.nodes + "): " + e, e);
             } catch (IOException e) {
                 last = e;
                 continue;
@@ -314,7 +318,7 @@ public final class FlockdClient implements AutoCloseable {
                 Connection conn = Connection.open(settings, settings.nodes.get(index));
                 preferred.set(index);
                 return conn;
-            } catch (ConnectException | NoRouteToHostException | SocketTimeoutException e) {
+            } catch (ConnectException | NoRouteToHostException | SocketTimeoutException | SSLException e) {
                 last = e;
             }
         }

@@ -61,7 +61,7 @@ final class Flockd implements AutoCloseable {
             if (!process.isAlive()) {
                 throw new IllegalStateException("flockd exited at start: " + Files.readString(log));
             }
-            if (Files.exists(log) && Files.readString(log).contains("ready to accept connections")) {
+            if (Files.exists(log) && Files.readString(log).contains("ready to accept")) {
                 return;
             }
             Thread.sleep(20);
