@@ -42,7 +42,7 @@ find "$here/src/test/java" -name '*.java' > "$build/test-sources.txt"
 javac --release 17 -Xlint:all -Xlint:-try -Werror -d "$build/test-classes" \
   -cp "$build/classes:$junit:$pgjdbc" @"$build/test-sources.txt"
 # The whole suite is bounded: each test has its own timeout too (junit.jupiter.execution.timeout).
-timeout --signal=TERM --kill-after=10 300 \
+timeout --signal=TERM --kill-after=10 180 \
   java -jar "$junit" \
     --class-path "$build/classes:$build/test-classes:$pgjdbc" \
     "${selection[@]}" \
