@@ -5,10 +5,8 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.CopyOnWriteArraySet;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -21,8 +19,11 @@ final class Events {
     private static final String PREFIX = "__flock__:";
 
     private final FlockdClient client;
-    /** Channel to the locks that listen on it. */
-    private final Map<String, Set<FlockdFencedLock>> listeners = new ConcurrentHashMap<>();
+    /**
+     * Channel to the locks that listen on it, each with how many of its acquisitions do (two
+     * threads may use one lock object: one holding, one waiting).
+     */
+    private final Map<String, Map<FlockdFencedLock, Integer>> listeners = new ConcurrentHashMap<>();
     /** Channel to the future its SUBSCRIBE confirmation completes. */
     private final Map<String, CompletableFuture<Void>> confirmations = new HashMap<>();
     private final Object lock = new Object();
@@ -45,9 +46,10 @@ final class Events {
             if (closed) {
                 return;
             }
-            Set<FlockdFencedLock> set = listeners.computeIfAbsent(channel, c -> new CopyOnWriteArraySet<>());
+            Map<FlockdFencedLock, Integer> set = listeners.computeIfAbsent(channel, c -> new ConcurrentHashMap<>());
             boolean first = set.isEmpty();
-            set.add(target);
+            set.merge(target, 1, Integer::sum);
+            lock.notifyAll(); // an idle reader has something to listen for now
             if (!first) {
                 return;
             }
@@ -72,8 +74,8 @@ final class Events {
     void unlisten(FlockdFencedLock target) {
         String channel = PREFIX + target.getName();
         synchronized (lock) {
-            Set<FlockdFencedLock> set = listeners.get(channel);
-            if (set == null || !set.remove(target) || !set.isEmpty()) {
+            Map<FlockdFencedLock, Integer> set = listeners.get(channel);
+            if (set == null || set.computeIfPresent(target, (k, n) -> n > 1 ? n - 1 : null) != null || !set.isEmpty()) {
                 return;
             }
             listeners.remove(channel);
@@ -98,6 +100,16 @@ final class Events {
     private void run() {
         long backoff = 50;
         while (!closed) {
+            synchronized (lock) {
+                // No lock held here: no connection kept (a dead server is not dialled forever).
+                while (!closed && listeners.isEmpty()) {
+                    try {
+                        lock.wait(1000);
+                    } catch (InterruptedException e) {
+                        return;
+                    }
+                }
+            }
             Connection c;
             try {
                 c = client.connect();
@@ -156,10 +168,10 @@ final class Events {
                 }
             }
         } else if ("message".equals(kind)) {
-            Set<FlockdFencedLock> set = listeners.get(channel);
+            Map<FlockdFencedLock, Integer> set = listeners.get(channel);
             if (set != null) {
                 String payload = Resp.text(parts.get(2));
-                for (FlockdFencedLock target : set) {
+                for (FlockdFencedLock target : set.keySet()) {
                     target.onEvent(payload);
                 }
             }
@@ -169,6 +181,7 @@ final class Events {
     void close() {
         synchronized (lock) {
             closed = true;
+            lock.notifyAll();
             if (conn != null) {
                 conn.close();
             }

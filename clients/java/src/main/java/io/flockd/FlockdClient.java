@@ -270,6 +270,9 @@ public final class FlockdClient implements AutoCloseable {
                 continue;
             }
             try {
+                // Half of what is left, so a node that hangs leaves time to ask the next one.
+                long leftMs = TimeUnit.NANOSECONDS.toMillis(deadlineNanos - System.nanoTime());
+                conn.readTimeout((int) Math.max(200, Math.min(settings.commandTimeoutMs, leftMs / 2)));
                 Object reply = conn.call(args);
                 giveBack(conn);
                 return reply;

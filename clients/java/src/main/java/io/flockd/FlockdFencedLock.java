@@ -164,13 +164,13 @@ public final class FlockdFencedLock implements Lock {
                 holding = null;
             }
         }
-        boolean wasLost = h.lost.isDone();
+        LostReason wasLost = h.lostReason;
         try {
             releaseOnServer(h.token);
         } catch (FlockdException.Reply e) {
             if ("NOTOWNER".equals(e.code())) {
                 throw new IllegalMonitorStateException("lock " + name + " (token " + h.token + ") was no longer held: "
-                        + (wasLost ? h.lost.join() + "; " : "") + e.getMessage());
+                        + (wasLost != null ? wasLost + "; " : "") + e.getMessage());
             }
             throw e;
         }
@@ -265,7 +265,7 @@ public final class FlockdFencedLock implements Lock {
     public boolean fenceSet(String key, byte[] value) {
         Holding h = ownHolding();
         if (h.isLost()) {
-            throw new FlockdException.LockLost(h.lost.join());
+            throw new FlockdException.LockLost(h.lostReason);
         }
         return Long.valueOf(1).equals(client.executeUntil(h.deadline(), "FENCE.SET", key, h.token, value, "LOCK", name));
     }
@@ -479,6 +479,8 @@ public final class FlockdFencedLock implements Lock {
         /** When the request behind the current validity was sent, plus the lease. */
         volatile long validUntil;
         final CompletableFuture<LostReason> lost = new CompletableFuture<>();
+        /** Set at once when lost; {@link #lost} is completed from a worker so callbacks never stall the timer or the events. */
+        volatile LostReason lostReason;
         private volatile boolean stopped;
         private ScheduledFuture<?> renewal;
         private ScheduledFuture<?> deadlineCheck;
@@ -505,21 +507,27 @@ public final class FlockdFencedLock implements Lock {
 
         /** Lost now, also by the clock (the timer may not have run since a pause). */
         boolean isLost() {
-            if (!lost.isDone() && System.nanoTime() >= deadline()) {
+            if (lostReason == null && System.nanoTime() >= deadline()) {
                 lose(LostReason.Kind.LEASE_RUNNING_OUT, null);
             }
-            return lost.isDone();
+            return lostReason != null;
         }
 
         synchronized void lose(LostReason.Kind kind, String detail) {
-            if (stopped || lost.isDone()) {
+            if (stopped || lostReason != null) {
                 return;
             }
             cancelTimers();
             if (client.events != null) {
                 client.events.unlisten(FlockdFencedLock.this);
             }
-            lost.complete(new LostReason(kind, name, token, detail));
+            LostReason reason = new LostReason(kind, name, token, detail);
+            lostReason = reason;
+            try {
+                client.workers.execute(() -> lost.complete(reason));
+            } catch (java.util.concurrent.RejectedExecutionException e) {
+                lost.complete(reason); // the client is closed: no worker left
+            }
         }
 
         /** Unlocked (or replaced): no more renewals, and the loss is never told. */
@@ -529,7 +537,7 @@ public final class FlockdFencedLock implements Lock {
             }
             stopped = true;
             cancelTimers();
-            if (!lost.isDone() && client.events != null) {
+            if (lostReason == null && client.events != null) {
                 client.events.unlisten(FlockdFencedLock.this);
             }
         }
@@ -544,7 +552,7 @@ public final class FlockdFencedLock implements Lock {
         }
 
         private synchronized void scheduleDeadlineCheck() {
-            if (stopped || lost.isDone() || client.isClosed()) {
+            if (stopped || lostReason != null || client.isClosed()) {
                 return;
             }
             long delay = Math.max(0, deadline() - System.nanoTime());
@@ -556,7 +564,7 @@ public final class FlockdFencedLock implements Lock {
         }
 
         private synchronized void scheduleRenewal(long atNanos) {
-            if (stopped || lost.isDone() || client.isClosed()) {
+            if (stopped || lostReason != null || client.isClosed()) {
                 return;
             }
             long delay = Math.max(0, atNanos - System.nanoTime());
