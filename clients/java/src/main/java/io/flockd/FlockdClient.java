@@ -251,7 +251,7 @@ public final class FlockdClient implements AutoCloseable {
         Exception last = null;
         int rounds = 0;
         // Each pass tries each node at most once; a pause between passes, bounded in number and time.
-        for (int attempt = 0; attempt < settings.nodes.size() * 20; attempt++) {
+        for (int attempt = 0; attempt < settings.nodes.size() * 6; attempt++) {
             if (attempt > 0 && System.nanoTime() >= deadlineNanos) {
                 break;
             }

@@ -358,6 +358,7 @@ public final class FlockdFencedLock implements Lock {
     }
 
     private Grant acquireWaiting(long waitMs, long start, long lease, String owner) throws InterruptedException {
+        long unreachableSince = 0;
         for (int round = 0; round < 100_000; round++) {
             long leftMs = waitMs < 0
                     ? WAIT_ROUND_MS
@@ -373,9 +374,17 @@ public final class FlockdFencedLock implements Lock {
                 if (Thread.interrupted()) {
                     throw new InterruptedException();
                 }
-                FlockdClient.sleepQuietly(100);
+                // No node takes a connection: give up after as long as a command would wait.
+                long now = System.nanoTime();
+                if (unreachableSince == 0) {
+                    unreachableSince = now;
+                } else if (now - unreachableSince > TimeUnit.MILLISECONDS.toNanos(client.settings.commandTimeoutMs)) {
+                    throw new FlockdException("no node of " + client.settings.nodes + " accepts a connection: " + e, e);
+                }
+                Thread.sleep(100);
                 continue;
             }
+            unreachableSince = 0;
             long sent = System.nanoTime();
             try {
                 conn.readTimeout((int) (wait + WAIT_READ_MARGIN_MS));
@@ -421,7 +430,8 @@ public final class FlockdFencedLock implements Lock {
     private Grant grantedToMe(String owner, long sent) {
         Object reply;
         try {
-            reply = client.execute("FLOCK.STATUS", name);
+            reply = client.executeUntil(System.nanoTime()
+                    + TimeUnit.MILLISECONDS.toNanos(client.settings.commandTimeoutMs), "FLOCK.STATUS", name);
         } catch (FlockdException e) {
             return null; // nobody answers: if it was granted, its lease ends it
         }

@@ -110,6 +110,31 @@ class FencedLockTest {
     }
 
     @Test
+    void aBlockingAcquireLongerThanTheCommandTimeoutIsSentOnce() throws Exception {
+        FlockdClient c = client(FlockdClient.builder().commandTimeout(Duration.ofMillis(500)));
+        try (Raw holder = new Raw(server.port); Raw monitor = new Raw(server.port)) {
+            assertEquals(1L, holder.call("FLOCK.ACQUIRE", "order:14", 60_000));
+            assertEquals("OK", monitor.call("MONITOR"));
+            long start = System.nanoTime();
+            assertNull(c.getFencedLock("order:14").tryLockAndGetToken(2, TimeUnit.SECONDS), "held for the whole wait");
+            long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            assertTrue(ms >= 1900, "came back after the wait, not at the 500 ms command timeout: " + ms + " ms");
+            holder.call("ECHO", "end-of-test-marker");
+            int acquires = 0;
+            for (int i = 0; i < 1000; i++) {
+                String line = Resp.text(monitor.read());
+                if (line.contains("\"FLOCK.ACQUIRE\"") && line.contains("\"WAIT\"")) {
+                    acquires++;
+                }
+                if (line.contains("end-of-test-marker")) {
+                    break;
+                }
+            }
+            assertEquals(1, acquires, "one blocking acquire sent, never resent");
+        }
+    }
+
+    @Test
     void theWatchdogKeepsAOneSecondLeaseForFiveSeconds() throws Exception {
         FlockdClient c = client(FlockdClient.builder().lockWatchdogTimeout(Duration.ofSeconds(1)));
         FlockdFencedLock lock = c.getFencedLock("order:3");
