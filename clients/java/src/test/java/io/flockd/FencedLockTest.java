@@ -288,6 +288,31 @@ class FencedLockTest {
     }
 
     @Test
+    void aThreadThatTakesOverThroughTheSameObjectStillHearsItsEvents() throws Exception {
+        FlockdFencedLock lock = client().getFencedLock("order:15");
+        long first = lock.lockAndGetToken();
+        CompletableFuture<LostReason> waiterLost = new CompletableFuture<>();
+        AtomicLong waiterToken = new AtomicLong();
+        Thread waiter = new Thread(() -> {
+            waiterToken.set(lock.lockAndGetToken());
+            lock.lostFuture().thenAccept(waiterLost::complete);
+        });
+        waiter.start();
+        try (Raw raw = new Raw(server.port)) {
+            for (int i = 0; i < 100 && !Long.valueOf(1).equals(field(status(raw, "order:15"), "waiters")); i++) {
+                Thread.sleep(20);
+            }
+            // The holder's unlock must not end the subscription that the waiting thread needs.
+            lock.unlock();
+            waiter.join(10_000);
+            assertTrue(waiterToken.get() > first);
+            assertEquals(1L, raw.call("FLOCK.FORCERELEASE", "order:15"));
+            // Told by the event: the next renewal of this 30 s lease is 10 s away.
+            assertEquals(LostReason.Kind.FORCE_RELEASED, waiterLost.get(5, TimeUnit.SECONDS).kind());
+        }
+    }
+
+    @Test
     void anInterruptedWaiterIsDroppedByTheServer() throws Exception {
         FlockdFencedLock holder = client().getFencedLock("order:10");
         FlockdFencedLock waiter = client().getFencedLock("order:10");
