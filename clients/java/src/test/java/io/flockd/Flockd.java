@@ -15,6 +15,13 @@ import java.util.stream.Stream;
  * file there, stopped by its pid (SIGTERM, then SIGKILL after 5 s) when closed.
  */
 final class Flockd implements AutoCloseable {
+    /** Every flockd started and not yet closed: killed by pid if the JVM is stopped (the suite's timeout). */
+    private static final java.util.Set<Process> LIVE = java.util.concurrent.ConcurrentHashMap.newKeySet();
+
+    static {
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> LIVE.forEach(Process::destroyForcibly)));
+    }
+
     final Process process;
     final int port;
     final Path dir;
@@ -40,7 +47,12 @@ final class Flockd implements AutoCloseable {
         int port = freePorts(1)[0];
         Path dir = Files.createTempDirectory("flockd-java-");
         Flockd f = spawn(port, dir, extra);
-        f.awaitReady();
+        try {
+            f.awaitReady();
+        } catch (Exception | Error e) {
+            f.close(); // stopped by its pid even when it never became ready
+            throw e;
+        }
         return f;
     }
 
@@ -52,7 +64,9 @@ final class Flockd implements AutoCloseable {
         Path log = dir.resolve("flockd.log");
         ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(log.toFile());
         pb.environment().put("FLOCKD_LOG_LEVEL", "info,openraft=error");
-        return new Flockd(pb.start(), port, dir, log);
+        Process process = pb.start();
+        LIVE.add(process);
+        return new Flockd(process, port, dir, log);
     }
 
     void awaitReady() throws Exception {
@@ -88,6 +102,7 @@ final class Flockd implements AutoCloseable {
                 process.waitFor(10, TimeUnit.SECONDS);
             }
         }
+        LIVE.remove(process);
         deleteTree(dir);
     }
 
