@@ -13,18 +13,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use common::cluster::Cluster;
-use common::{Raw, Server, TestServer, wait_until};
+use common::{Raw, TestServer, wait_until};
 use serde_json::Value;
-
-fn metrics_addr(server: &Server) -> SocketAddr {
-    let log = server.log();
-    let line = log
-        .lines()
-        .find(|l| l.contains("metrics on http://"))
-        .unwrap_or_else(|| panic!("no metrics line in:\n{log}"));
-    let rest = &line[line.find("http://").unwrap() + 7..];
-    rest[..rest.find('/').unwrap()].parse().unwrap()
-}
 
 struct Response {
     status: u16,
@@ -154,7 +144,7 @@ fn names(list: &Value) -> Vec<String> {
 #[test]
 fn the_page_and_its_endpoints_need_the_redis_ports_credentials() {
     let server = TestServer::start(&["--metrics-port", "0", "--requirepass", "s3cret"]);
-    let addr = metrics_addr(&server);
+    let addr = server.metrics_addr();
     for path in [
         "/",
         "/console/api/overview",
@@ -213,7 +203,7 @@ fn the_page_and_its_endpoints_need_the_redis_ports_credentials() {
 #[test]
 fn a_user_sees_only_the_names_its_key_patterns_allow() {
     let server = TestServer::start(&["--metrics-port", "0", "--requirepass", "admin"]);
-    let addr = metrics_addr(&server);
+    let addr = server.metrics_addr();
     let mut raw = server.raw();
     assert_eq!(raw.call(&["AUTH", "admin"]), "+OK\r\n");
     for rules in [
@@ -307,7 +297,7 @@ fn a_user_sees_only_the_names_its_key_patterns_allow() {
 #[test]
 fn console_no_answers_404_as_before_and_config_set_turns_it_on() {
     let server = TestServer::start(&["--metrics-port", "0", "--console", "no"]);
-    let addr = metrics_addr(&server);
+    let addr = server.metrics_addr();
     for path in ["/", "/console/api/overview", "/console/api/events?name=a"] {
         let r = get(addr, path, None);
         assert_eq!(r.status, 404, "{path}");
@@ -332,7 +322,7 @@ fn console_no_answers_404_as_before_and_config_set_turns_it_on() {
 #[test]
 fn the_search_pages_through_held_locks_by_prefix() {
     let server = TestServer::start(&["--metrics-port", "0"]);
-    let addr = metrics_addr(&server);
+    let addr = server.metrics_addr();
     let mut raw = server.raw();
     for i in 0..250 {
         let name = format!("job:{i:03}");
@@ -422,7 +412,7 @@ fn the_search_pages_through_held_locks_by_prefix() {
 #[test]
 fn the_feed_delivers_a_release_and_feeds_are_capped() {
     let server = TestServer::start(&["--metrics-port", "0"]);
-    let addr = metrics_addr(&server);
+    let addr = server.metrics_addr();
     let mut raw = server.raw();
     assert_eq!(raw.call(&["FLOCK.ACQUIRE", "orders:9", "60000"]), ":1\r\n");
     let mut feed = Feed::open(addr, "orders%3A9", None);
@@ -502,7 +492,7 @@ fn each_cluster_node_shows_the_members_leader_term_indexes_and_lag() {
     let leader = cluster.wait_for_leader(Duration::from_secs(30));
     let follower = (leader + 1) % 3;
     let node = |i: usize| cluster.nodes[i].as_ref().unwrap();
-    let overview = |i: usize| get(metrics_addr(node(i)), "/console/api/overview", None).json();
+    let overview = |i: usize| get(node(i).metrics_addr(), "/console/api/overview", None).json();
     let leader_id = overview(leader)["cluster"]["node_id"].clone();
 
     // The leader knows what every member acknowledged: every lag is a number.
@@ -543,7 +533,7 @@ fn each_cluster_node_shows_the_members_leader_term_indexes_and_lag() {
     let mut client = Raw::connect(cluster.addr(follower));
     let token = client.call(&["FLOCK.ACQUIRE", "jobs:cluster", "60000", "OWNER", "n2"]);
     let token = token.trim_start_matches(':').trim().to_string();
-    let addr = metrics_addr(node(follower));
+    let addr = node(follower).metrics_addr();
     wait_until(
         Duration::from_secs(10),
         "the follower shows the lock",
@@ -574,7 +564,7 @@ fn each_cluster_node_shows_the_members_leader_term_indexes_and_lag() {
 #[test]
 fn a_feed_that_is_not_read_drops_events_and_says_so() {
     let server = TestServer::start(&["--metrics-port", "0", "--appendfsync", "no"]);
-    let addr = metrics_addr(&server);
+    let addr = server.metrics_addr();
     let mut feed = Feed::open(addr, "busy", None);
     assert!(
         feed.wait_for("event: ready", Duration::from_secs(10)),

@@ -152,13 +152,7 @@ impl LocalCommand for FlockCluster {
                 let view = cluster.view();
                 let mut text = String::new();
                 for m in &view.members {
-                    let role = if Some(m.id) == view.leader {
-                        "leader"
-                    } else if m.voter {
-                        "follower"
-                    } else {
-                        "learner"
-                    };
+                    let role = view.role_of(m);
                     text.push_str(&format!(
                         "{} {} {} {}\n",
                         m.id,

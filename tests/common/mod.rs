@@ -201,6 +201,17 @@ impl Server {
         self.log.lock().unwrap().clone()
     }
 
+    /// The metrics port's address, from the `metrics on http://...` line of its log.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        let log = self.log();
+        let line = log
+            .lines()
+            .find(|l| l.contains("metrics on http://"))
+            .unwrap_or_else(|| panic!("no metrics line in:\n{log}"));
+        let rest = &line[line.find("http://").unwrap() + 7..];
+        rest[..rest.find('/').unwrap()].parse().unwrap()
+    }
+
     /// Resident memory of the server process, in KiB, from /proc.
     pub fn rss_kib(&self) -> u64 {
         let status =

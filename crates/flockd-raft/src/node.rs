@@ -120,6 +120,17 @@ impl ClusterView {
     pub fn member(&self, id: NodeId) -> Option<&Member> {
         self.members.iter().find(|m| m.id == id)
     }
+
+    /// What `member` is as this node sees it: `leader`, `follower` (a voter) or `learner`.
+    pub fn role_of(&self, member: &Member) -> &'static str {
+        if Some(member.id) == self.leader {
+            "leader"
+        } else if member.voter {
+            "follower"
+        } else {
+            "learner"
+        }
+    }
 }
 
 struct Node {

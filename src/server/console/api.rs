@@ -73,13 +73,7 @@ pub fn overview(shared: &Shared, history: &History) -> Value {
                 .members
                 .iter()
                 .map(|m| {
-                    let role = if Some(m.id) == view.leader {
-                        "leader"
-                    } else if m.voter {
-                        "follower"
-                    } else {
-                        "learner"
-                    };
+                    let role = view.role_of(m);
                     // What a member lags by is known on the leader (what each acknowledged)
                     // and, elsewhere, for this node only (its applied index).
                     let lag = match m.index {
