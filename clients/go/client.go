@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -147,20 +148,30 @@ func (c *Client) Acquire(ctx context.Context, name string, opts Options) (*Lock,
 	if err != nil {
 		return nil, err
 	}
+	// Cancelling ctx closes the connection, which takes the request out of the queue. Exactly
+	// one of the watcher and the reply wins `settled`.
+	var settled int32
 	finished := make(chan struct{})
 	go func() {
 		select {
 		case <-ctx.Done():
-			conn.Close()
+			if atomic.CompareAndSwapInt32(&settled, 0, 1) {
+				conn.Close()
+			}
 		case <-finished:
 		}
 	}()
 	sent := time.Now() // validity counts from here, not from the reply
 	reply, err := redis.DoWithTimeout(conn, wait+replySlack, "FLOCK.ACQUIRE", args...)
 	close(finished)
-	if ctxErr := ctx.Err(); ctxErr != nil && err != nil {
+	if !atomic.CompareAndSwapInt32(&settled, 0, 2) {
+		// Closed by the cancellation. A grant that came back anyway is given back (a SESSION
+		// holding ended with the connection already).
 		conn.Close()
-		return nil, ctxErr
+		if token, ok := reply.(int64); ok && err == nil && !opts.Session {
+			c.releaseAbandoned(name, token)
+		}
+		return nil, ctx.Err()
 	}
 	if err != nil {
 		if isClusterDown(err) {
@@ -179,6 +190,19 @@ func (c *Client) Acquire(ctx context.Context, name string, opts Options) (*Lock,
 		return nil, fmt.Errorf("flockd: FLOCK.ACQUIRE %q replied %v", name, reply)
 	}
 	return startLock(ctx, c, name, token, opts, sent, conn, node), nil
+}
+
+// releaseAbandoned gives back a grant nobody will use, on a connection of its own (one try: if
+// it fails, the lease ends it).
+func (c *Client) releaseAbandoned(name string, token int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	conn, _, err := c.dial(ctx)
+	if err != nil {
+		return
+	}
+	redis.DoWithTimeout(conn, replyTimeout, "FLOCK.RELEASE", name, token)
+	conn.Close()
 }
 
 // dial connects to the first node that accepts, starting at the one that answered last.

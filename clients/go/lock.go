@@ -151,10 +151,17 @@ func (l *Lock) Release() (bool, error) {
 		return false, ErrReleased
 	}
 	l.released = true
+	wasLost := l.err != nil
 	l.mu.Unlock()
 	l.stop()
 	l.cancel()
-	reply, _, err := l.do(nil, time.Now().Add(replyTimeout), "FLOCK.RELEASE", l.Name, l.Token)
+	// A lock lost already is most likely gone on the server, or the server is unreachable:
+	// one short try, not the full reply timeout.
+	until := time.Now().Add(replyTimeout)
+	if wasLost {
+		until = time.Now().Add(connectTimeout)
+	}
+	reply, _, err := l.do(nil, until, "FLOCK.RELEASE", l.Name, l.Token)
 	l.connMu.Lock()
 	if l.conn != nil {
 		l.conn.Close()
@@ -336,6 +343,10 @@ func (l *Lock) keep(renewedAt time.Time) {
 		case <-l.quit:
 			return
 		case <-deadlineTimer.C:
+			if left := time.Until(l.deadline()); left > 0 { // renewed meanwhile
+				deadlineTimer.Reset(left)
+				continue
+			}
 			l.lose(LeaseRunningOut, l.failureDetail())
 			return
 		case <-renewTimer.C:
@@ -355,7 +366,7 @@ func (l *Lock) keep(renewedAt time.Time) {
 				l.validUntil = r.sent.Add(l.lease)
 				l.mu.Unlock()
 				l.noteFailure(nil)
-				deadlineTimer.Reset(time.Until(l.deadline()))
+				resetTimer(deadlineTimer, time.Until(l.deadline()))
 				renewTimer.Reset(time.Until(r.sent.Add(l.lease / 3)))
 			case errors.As(r.err, &refused) && !isClusterDown(r.err):
 				l.lose(RenewRefused, string(refused))
@@ -368,6 +379,17 @@ func (l *Lock) keep(renewedAt time.Time) {
 			}
 		}
 	}
+}
+
+// resetTimer moves a timer that may have fired, without leaving a stale tick in its channel.
+func resetTimer(t *time.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	t.Reset(d)
 }
 
 func (l *Lock) renew(result chan<- renewal) {
