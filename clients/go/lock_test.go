@@ -3,6 +3,7 @@ package flockd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -322,6 +323,33 @@ func TestKill9OfTheServerFiresLostBeforeTheLeaseEnds(t *testing.T) {
 	}
 }
 
+func TestASessionLockIsTiedToItsConnection(t *testing.T) {
+	s := startFlockd(t)
+	admin := s.conn(t)
+	lock := acquire(t, newClient(t, s), "orders:11", Options{Lease: 3 * time.Second, Session: true})
+	holders, err := redis.Values(admin.Do("FLOCK.HOLDERS", "orders:11"))
+	if err != nil || len(holders) != 1 {
+		t.Fatalf("FLOCK.HOLDERS: %v, %v", holders, err)
+	}
+	fields, _ := redis.Values(holders[0], nil)
+	session := ""
+	for i := 0; i+1 < len(fields); i += 2 {
+		if k, _ := redis.String(fields[i], nil); k == "session" {
+			session = fmt.Sprint(fields[i+1])
+		}
+	}
+	if session != "1" {
+		t.Fatalf("FLOCK.HOLDERS says session %q, want 1: %v", session, fields)
+	}
+	// Its connection is its holding: when it drops, the lock is lost at the next renewal,
+	// without trying another connection.
+	s.kill()
+	waitLost(t, lock, 3*time.Second)
+	if r := lostReason(t, lock); r != ConnectionLost {
+		t.Fatalf("reason %v, want ConnectionLost", r)
+	}
+}
+
 func TestKillingTheClusterLeaderDoesNotLoseTheLock(t *testing.T) {
 	nodes := startCluster(t)
 	old := leader(t, nodes)
@@ -349,10 +377,15 @@ func TestKillingTheClusterLeaderDoesNotLoseTheLock(t *testing.T) {
 	if stored, err := lock.FenceSet("res:7", "after the failover"); err != nil || !stored {
 		t.Fatalf("FenceSet after the failover: %v, %v", stored, err)
 	}
-	if free, err := lock.Release(); err != nil || !free {
-		t.Fatalf("Release after the failover: %v, %v", free, err)
-	}
 	t.Logf("held for %v after the leader (node %d) was killed; node %d leads now", 2*lease, old+1, newLeader+1)
+	// The lock's subscription died with the old leader and was made again elsewhere: a
+	// force-release is told by the event (a renewal would say RenewRefused).
+	event := forceRelease(t, nodes[newLeader], "orders:7")
+	lost := waitLost(t, lock, 5*time.Second)
+	if r := lostReason(t, lock); r != ForceReleased {
+		t.Fatalf("after the failover a force-release gave %v, want ForceReleased (from the event)", r)
+	}
+	t.Logf("after the failover Lost fired %v after the force-release event", lost.Sub(event))
 }
 
 func TestAFencedWriteAfterTheLossSendsNothing(t *testing.T) {
