@@ -69,7 +69,8 @@ say "dockerd $(docker version --format '{{.Server.Version}}') pid $DOCKERD_PID, 
 
 # --- base images, made locally ---
 started=$SECONDS
-debootstrap --variant=minbase bookworm "$WORK/rootfs" http://deb.debian.org/debian >"$WORK/debootstrap.log" 2>&1 \
+# No mirror given: debootstrap uses its default Debian mirror.
+debootstrap --variant=minbase bookworm "$WORK/rootfs" >"$WORK/debootstrap.log" 2>&1 \
     || { tail -n 20 "$WORK/debootstrap.log"; say "debootstrap failed"; exit 1; }
 tar -C "$WORK/rootfs" -c . | docker import - flockd-test/runtime:bookworm >/dev/null
 # The build image: the same Debian plus gcc and make (ring and jemalloc compile C), this machine's CA bundle and
