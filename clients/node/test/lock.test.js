@@ -155,6 +155,18 @@ test('kill -9 of the server fires lost before the lease ends', async (t) => {
   await assert.rejects(lock.fenceSet('res:6', 'late'), LostError);
 });
 
+test('after the event loop was blocked past the lease, the lock knows before any timer ran', async (t) => {
+  const s = await startFlockd(t);
+  const lock = await acquire(newClient(t, s), 'orders:14', { leaseMs: 1000 });
+  // As in a long synchronous stretch (or a paused process): no renewal can run meanwhile.
+  const until = Date.now() + 1200;
+  while (Date.now() < until) { /* busy */ }
+  assert.equal(lock.isLost(), true, 'the lock still counts as held after its lease');
+  assert.equal(lock.error.reason, 'LeaseRunningOut');
+  await assert.rejects(lock.fenceSet('res:14', 'late'), LostError);
+  assert.equal(await conn(t, s).call('FENCE.GET', 'res:14'), null);
+});
+
 test('a session lock is lost with its connection', async (t) => {
   const s = await startFlockd(t);
   const admin = conn(t, s);
