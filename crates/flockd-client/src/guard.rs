@@ -1,72 +1,18 @@
 //! A granted lock: its token, the watchdog that renews it, and how its loss is told.
 
-use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
 use std::sync::Arc;
 
-use redis::aio::{MultiplexedConnection, PubSub};
-use redis::{FromRedisValue, RedisError};
+use redis::aio::PubSub;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::Error;
-use crate::nodes::{Nodes, SHARED_REPLY_TIMEOUT};
+use crate::lost::Lost;
+use crate::nodes::{Nodes, Route, SHARED_REPLY_TIMEOUT};
 use crate::watchdog::Watchdog;
-
-/// Where a holding's requests go.
-#[derive(Clone)]
-pub(crate) enum Route {
-    /// A SESSION holding lives and dies with the connection that acquired it.
-    Pinned(MultiplexedConnection),
-    /// Any other goes to whichever node answers.
-    Nodes(Arc<Nodes>),
-}
-
-impl Route {
-    /// Sends `cmd`; through the nodes it is sent again elsewhere after a connection failure or
-    /// `-CLUSTERDOWN`, until `until`.
-    pub async fn query<T: FromRedisValue>(
-        &self,
-        cmd: &redis::Cmd,
-        until: Instant,
-    ) -> Result<T, RedisError> {
-        match self {
-            Route::Pinned(conn) => cmd.query_async(&mut conn.clone()).await,
-            Route::Nodes(nodes) => nodes.query(cmd, until).await,
-        }
-    }
-}
-
-/// Why a lock can no longer be trusted.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Lost {
-    /// The server refused a renewal (`-NOTOWNER`): the holding is gone.
-    RenewRefused(String),
-    /// A renewal failed: no node answered before the lease was about to run out, or an error
-    /// reply other than `-NOTOWNER` (`-NOPERM`, say). The holding may be gone.
-    RenewFailed(String),
-    /// The lease, counted from when the last successful renewal was sent, is about to run out
-    /// (a renewal did not come back in time, or this process was paused).
-    LeaseRunningOut,
-    /// The server published that the holding expired.
-    Expired,
-    /// The server published that the holding was force-released.
-    ForceReleased,
-}
-
-impl fmt::Display for Lost {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Lost::RenewRefused(e) => write!(f, "renewal refused: {e}"),
-            Lost::RenewFailed(e) => write!(f, "renewal failed: {e}"),
-            Lost::LeaseRunningOut => f.write_str("the lease is about to run out"),
-            Lost::Expired => f.write_str("the lease expired"),
-            Lost::ForceReleased => f.write_str("force-released"),
-        }
-    }
-}
 
 /// A granted lock. Renewed while it lives; released by [`LockGuard::release`], or in the
 /// background when dropped.

@@ -47,6 +47,7 @@
 
 mod error;
 mod guard;
+mod lost;
 mod nodes;
 mod watchdog;
 
@@ -56,8 +57,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use error::Error;
-use guard::Route;
-pub use guard::{LockGuard, Lost};
+pub use guard::LockGuard;
+pub use lost::Lost;
+use nodes::Route;
 use nodes::{Nodes, worth_another_node};
 
 /// How a lock is shared, as `FLOCK.ACQUIRE`'s `SHARED` and `LIMIT n` say.

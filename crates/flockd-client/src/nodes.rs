@@ -4,6 +4,7 @@
 //! sent again to the next node, for as long as its caller's deadline allows: that is how
 //! renewals go on across a leader change.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{MultiplexedConnection, PubSub};
@@ -161,4 +162,28 @@ impl Nodes {
 /// The pause between attempts on a blocking request's own connections.
 pub(crate) async fn pause() {
     sleep(RETRY_PAUSE).await;
+}
+
+/// Where a holding's requests go.
+#[derive(Clone)]
+pub(crate) enum Route {
+    /// A SESSION holding lives and dies with the connection that acquired it.
+    Pinned(MultiplexedConnection),
+    /// Any other goes to whichever node answers.
+    Nodes(Arc<Nodes>),
+}
+
+impl Route {
+    /// Sends `cmd`; through the nodes it is sent again elsewhere after a connection failure or
+    /// `-CLUSTERDOWN`, until `until`.
+    pub async fn query<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        until: Instant,
+    ) -> Result<T, RedisError> {
+        match self {
+            Route::Pinned(conn) => cmd.query_async(&mut conn.clone()).await,
+            Route::Nodes(nodes) => nodes.query(cmd, until).await,
+        }
+    }
 }

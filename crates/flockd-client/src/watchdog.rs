@@ -12,9 +12,9 @@ use redis::aio::PubSub;
 use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, sleep_until};
 
-use crate::Lost;
-use crate::guard::Route;
+use crate::lost::Lost;
 use crate::nodes::Nodes;
+use crate::nodes::Route;
 
 pub(crate) struct Watchdog {
     pub name: String,
