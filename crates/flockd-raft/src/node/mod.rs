@@ -1,0 +1,414 @@
+//! One node of a flockd cluster: the openraft instance with its log, state machine and peers;
+//! the way a proposal reaches the leader (here, or forwarded over the cluster connection) and
+//! is retried after a leader change; the leader's duties when it takes office; and what the
+//! server shows of it (ROLE, INFO replication, FLOCK.CLUSTER).
+//!
+//! The rooms: this file starts a node and holds its state; `propose` gets an entry committed
+//! (here or at the leader), `read` finds a linearizable read point, `office` is what a new
+//! leader does first, `membership` adds, removes and hands over, `serve` answers the peers on
+//! the cluster port, and `view` is what the server shows.
+
+mod membership;
+mod office;
+mod propose;
+mod read;
+mod serve;
+mod view;
+
+pub use view::{ClusterView, Member, Role};
+
+use office::{count_leader_changes, take_office};
+use serve::serve_peers;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use flockd_core::time::Clock;
+use flockd_core::{Millis, Op};
+use openraft::async_runtime::WatchReceiver;
+use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
+use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
+use tokio::sync::{oneshot, watch};
+use tracing::{error, info, warn};
+
+use crate::error::{ClusterError, StartError};
+use crate::figures::{RaftFigures, RaftFiguresRead};
+use crate::identity::{Identities, Identity};
+use crate::log_store::{LogStore, node as basic_node};
+use crate::network::{Forwarded, NetworkFactory, Peers, ReadPoint, Request, Response};
+use crate::peer_server::{PeerHandler, serve_connection};
+use crate::peers::{Peer, parse_addr};
+use crate::pending::{Outcome, PendingTable};
+use crate::state_machine::{MachineStore, Me};
+use crate::transport::{BoxFuture, Listener, Tcp, Transport};
+use crate::types::{FlockRaft, NodeId, Origin, Proposal};
+use flockd_log::Apply;
+
+/// The openraft instance of a node.
+type Raft = openraft::Raft<FlockRaft, MachineStore>;
+
+/// How a node runs, from flockd's configuration.
+#[derive(Clone, Debug)]
+pub struct ClusterSettings {
+    pub node_id: NodeId,
+    /// `cluster-peers`: the members a new cluster forms with, or members to join.
+    pub peers: Vec<Peer>,
+    /// Where the log and snapshots live (a directory of its own).
+    pub dir: PathBuf,
+    /// The address the cluster port listens on, and its port.
+    pub bind: IpAddr,
+    pub cport: u16,
+    pub heartbeat_ms: u64,
+    /// Elections wait a random time between this and twice this.
+    pub election_timeout_ms: u64,
+    /// How long a proposal may wait for a leader to commit it.
+    pub wait_leader_ms: u64,
+    /// Entries applied between two snapshots (then the log before the snapshot is purged).
+    pub snapshot_every: u64,
+    /// Entries kept in the log below a snapshot, so a follower a little behind catches up
+    /// from the log instead of a whole snapshot.
+    pub log_kept_after_snapshot: u64,
+    /// Test-only: milliseconds waited before each synced log write, to play a slow disk in
+    /// fault tests (the harness may change it while the node runs). Zero otherwise.
+    pub sync_delay_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl ClusterSettings {
+    pub fn me(&self) -> Option<&Peer> {
+        self.peers.iter().find(|p| p.id == self.node_id)
+    }
+}
+
+struct Node {
+    me: Me,
+    settings: ClusterSettings,
+    raft: Raft,
+    peers: Arc<Peers>,
+    pending: Arc<PendingTable>,
+    clock: Arc<Clock>,
+    host: Arc<dyn Apply>,
+    log: LogStore,
+    store: MachineStore,
+    /// True once this node leads and has re-armed the leases: the expiry task may run.
+    leading: watch::Sender<bool>,
+    /// True once this node leads and its clock continues from the log's time: only then does
+    /// it stamp proposals.
+    in_office: std::sync::atomic::AtomicBool,
+    /// When a leader's append (or heartbeat) last arrived.
+    last_append: parking_lot::Mutex<Option<Instant>>,
+    /// This node's dir id and the ones it saw of its peers.
+    identities: Arc<Identities>,
+    figures: RaftFigures,
+}
+
+/// A running cluster node.
+pub struct Cluster {
+    node: Arc<Node>,
+    _leader_watch: openraft::WatchChangeHandle<FlockRaft>,
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StartError + '_ {
+    move |source| StartError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// This run's number: above the last run's kept in `dir` (synced before use, so two runs of a
+/// node never share one), and at least the wall clock in milliseconds, so a node whose `dir`
+/// was wiped (the file gone with it) still starts a run the cluster has not seen: the
+/// replicated dedup table would take its first proposals for copies of the old run's.
+fn next_incarnation(dir: &Path) -> Result<u64, StartError> {
+    let path = dir.join("incarnation");
+    let last = match std::fs::read_to_string(&path) {
+        Ok(s) => s.trim().parse::<u64>().unwrap_or(0),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(io_at(&path)(e)),
+    };
+    let wall_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let next = (last + 1).max(wall_ms);
+    let tmp = dir.join("incarnation.tmp");
+    let write = || -> io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(format!("{next}\n").as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    write().map_err(io_at(&path))?;
+    Ok(next)
+}
+
+impl Cluster {
+    /// Opens the node's log and snapshot in `settings.dir`, listens on its cluster port and
+    /// starts Raft. A node whose dir holds no Raft state and which is named in the peers forms
+    /// the cluster with them; one not named waits to be added (FLOCK.CLUSTER ADD).
+    ///
+    /// `seed`: a single node's state (its AOF, loaded) to start a new one-node cluster from;
+    /// used only on the first start, with `cluster-peers` naming this node alone.
+    pub async fn start(
+        settings: ClusterSettings,
+        host: Arc<dyn Apply>,
+        clock: Arc<Clock>,
+        seed: Option<flockd_core::StateMachine>,
+    ) -> Result<Cluster, StartError> {
+        Cluster::start_on(settings, host, clock, seed, Arc::new(Tcp)).await
+    }
+
+    /// [`Cluster::start`] with the peer connections on `transport` (an in-memory network, in
+    /// tests that run a whole cluster in one process).
+    pub async fn start_on(
+        settings: ClusterSettings,
+        host: Arc<dyn Apply>,
+        clock: Arc<Clock>,
+        seed: Option<flockd_core::StateMachine>,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Cluster, StartError> {
+        let dir = settings.dir.clone();
+        std::fs::create_dir_all(&dir).map_err(io_at(&dir))?;
+        let incarnation = next_incarnation(&dir)?;
+        let identities = Arc::new(
+            tokio::task::block_in_place(|| Identities::open(&dir, settings.node_id))
+                .map_err(io_at(&dir))?,
+        );
+        let me = Me {
+            node: settings.node_id,
+            incarnation,
+        };
+        let log_dir = dir.join("log");
+        let log = tokio::task::block_in_place(|| {
+            LogStore::open(&log_dir, settings.sync_delay_ms.clone())
+        })
+        .map_err(io_at(&log_dir))?;
+        let pristine = log.is_pristine().map_err(io_at(&log_dir))?;
+        let pending = Arc::new(PendingTable::default());
+        let snapshot_dir = dir.join("snapshot");
+        let store = tokio::task::block_in_place(|| {
+            MachineStore::open(&snapshot_dir, host.clone(), pending.clone(), me)
+        })
+        .map_err(io_at(&snapshot_dir))?;
+        let mut pristine = pristine && !store.has_snapshot();
+        if let Some(machine) = seed
+            && pristine
+        {
+            let only_me = settings.peers.len() == 1 && settings.me().is_some();
+            if !only_me {
+                return Err(StartError::Seed(
+                    "a node seeded from an AOF forms a one-node cluster: start it with \
+                     cluster-peers naming only itself, then FLOCK.CLUSTER ADD the others"
+                        .to_owned(),
+                ));
+            }
+            let me_peer = settings.me().cloned().expect("checked above");
+            // The log goes on after the file's last position, so no wait id of the new log
+            // repeats one the file's state remembers.
+            let log_id = crate::types::LogId {
+                leader_id: crate::types::LeaderId {
+                    term: 0,
+                    node_id: settings.node_id,
+                },
+                index: machine.position().max(1),
+            };
+            let membership = crate::types::Membership::new(
+                vec![BTreeSet::from([settings.node_id])],
+                BTreeMap::from([(settings.node_id, basic_node(&me_peer.addr()))]),
+            )
+            .map_err(|e| StartError::Seed(e.to_string()))?;
+            tokio::task::block_in_place(|| {
+                store.seed(machine, log_id, membership)?;
+                log.start_after(&log_id)
+            })
+            .map_err(io_at(&snapshot_dir))?;
+            info!(
+                index = log_id.index,
+                "seeded the new cluster from the single node's AOF"
+            );
+            pristine = false;
+        }
+        let config = Config {
+            cluster_name: "flockd".to_owned(),
+            heartbeat_interval: settings.heartbeat_ms,
+            // openraft waits its leader lease (its `election_timeout_max`) after the last
+            // heartbeat and then a random time between min and max before it campaigns. So that
+            // an election starts between the contract's timeout and twice it after the last
+            // heartbeat, the lease is the timeout and the random part the rest, as wide as
+            // openraft allows (min above one heartbeat) to keep split votes rare.
+            election_timeout_min: settings.heartbeat_ms + 1,
+            election_timeout_max: settings.election_timeout_ms,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(settings.snapshot_every),
+            max_in_snapshot_log_to_keep: settings.log_kept_after_snapshot,
+            enable_pre_vote: Some(true),
+            // Replicate an entry as soon as it is appended here, not once it is synced here: the
+            // leader's sync and the followers' run at the same time (a commit still needs a
+            // majority of synced copies, the leader's own counted only once it is synced).
+            broadcast_submitted_on_append: Some(true),
+            // A follower whose log went back is caught up from scratch with a snapshot. A wiped
+            // dir is refused at the hello (crate::identity), but a dir restored from an older
+            // copy of itself keeps its dir id. Without this, openraft's leader trips a debug
+            // assertion (a panic in debug builds) or, in release builds, keeps replicating from
+            // where the lost log ended.
+            allow_log_reversion: Some(true),
+            ..Default::default()
+        };
+        let config = Arc::new(
+            config
+                .validate()
+                .map_err(|e| StartError::Raft(e.to_string()))?,
+        );
+        let peers = Arc::new(Peers::new(transport.clone(), identities.clone()));
+        let network = NetworkFactory {
+            peers: peers.clone(),
+            transfers: Arc::new(AtomicU64::new(1)),
+        };
+        let log_stats = log.clone();
+        let raft = openraft::Raft::new(settings.node_id, config, network, log, store.clone())
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?;
+        identities.watch_membership(raft.metrics());
+
+        let addr = SocketAddr::new(settings.bind, settings.cport);
+        let listener = transport
+            .listen(addr)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: addr.to_string(),
+                source,
+            })?;
+        let (leading, _) = watch::channel(false);
+        let node = Arc::new(Node {
+            me,
+            settings,
+            raft: raft.clone(),
+            peers,
+            pending,
+            clock,
+            host,
+            log: log_stats,
+            store: store.clone(),
+            leading,
+            in_office: std::sync::atomic::AtomicBool::new(false),
+            last_append: parking_lot::Mutex::new(None),
+            identities,
+            figures: RaftFigures::default(),
+        });
+        tokio::spawn(serve_peers(listener, node.clone()));
+        tokio::spawn(count_leader_changes(node.clone()));
+        // The first start of the member with the smallest id in the peers forms the cluster
+        // with them; every other new node waits to hear from a leader (the founders' first
+        // replication, or FLOCK.CLUSTER ADD). Only one node proposing the first membership
+        // means no node ever holds a first entry that conflicts with the leader's.
+        let founder = node.settings.peers.iter().map(|p| p.id).min() == Some(node.me.node);
+        if pristine && founder {
+            let members: BTreeMap<NodeId, openraft::BasicNode> = node
+                .settings
+                .peers
+                .iter()
+                .map(|p| (p.id, basic_node(&p.addr())))
+                .collect();
+            match raft.initialize(members).await {
+                Ok(()) => info!(
+                    node = node.me.node,
+                    "formed a new cluster with {} member(s)",
+                    node.settings.peers.len()
+                ),
+                // Another member's vote got here first: this node joins that cluster.
+                Err(e) => info!("not initializing the cluster here: {e}"),
+            }
+        }
+        let start = node.clone();
+        let stop = node.clone();
+        let watch = raft.on_leader_change(
+            move |_| {
+                let node = start.clone();
+                async move {
+                    tokio::spawn(take_office(node));
+                }
+            },
+            move |_| {
+                let node = stop.clone();
+                async move {
+                    node.in_office
+                        .store(false, std::sync::atomic::Ordering::Release);
+                    node.leading.send_replace(false);
+                    info!(node = node.me.node, "no longer the leader");
+                }
+            },
+        );
+        Ok(Cluster {
+            node,
+            _leader_watch: watch,
+        })
+    }
+
+    /// Proposes `ops` as one entry. The receiver gets their results once the entry is applied
+    /// here, or an error once no leader committed it within `cluster-wait-leader-ms`.
+    pub fn propose(&self, ops: Vec<Op>) -> oneshot::Receiver<Outcome> {
+        self.node.propose(ops)
+    }
+
+    /// Waits until a linearizable read may be served from this node's applied state: every write
+    /// committed before the call is applied here (the leader's ReadIndex, confirmed by a quorum).
+    /// Returns the leader's clock at that point, what the read judges leases by. Tried again
+    /// after a leader change, until `cluster-wait-leader-ms`, as a proposal is.
+    pub async fn read_point(&self) -> Result<Millis, ClusterError> {
+        self.node.read_point().await
+    }
+
+    /// The leader's clock (what this node stamps with, if it leads).
+    pub fn now(&self) -> Millis {
+        self.node.clock.now()
+    }
+
+    /// True while this node leads and has re-armed the leases.
+    pub fn leadership(&self) -> watch::Receiver<bool> {
+        self.node.leading.subscribe()
+    }
+
+    /// Waits until the leader this node knows is no longer `known`, and returns the new one
+    /// (`None`: no leader known). Returns `known` when the node shuts down.
+    pub async fn leader_changed(&self, known: Option<NodeId>) -> Option<NodeId> {
+        let mut metrics = self.node.raft.metrics();
+        loop {
+            let current = metrics.borrow_watched().current_leader;
+            if current != known {
+                return current;
+            }
+            if metrics.changed().await.is_err() {
+                return known;
+            }
+        }
+    }
+
+    /// Set once a peer refused this node (it came back with a wiped dir under its old id): the
+    /// reason, with the procedure. The process should stop.
+    pub fn refusals(&self) -> watch::Receiver<Option<String>> {
+        self.node.identities.refusals()
+    }
+
+    pub fn view(&self) -> ClusterView {
+        self.node.view()
+    }
+
+    /// Leader changes seen, commands forwarded, proposal durations: for the metrics port.
+    pub fn figures(&self) -> RaftFiguresRead {
+        self.node.figures.read()
+    }
+
+    pub async fn shutdown(&self) {
+        self.node.leading.send_replace(false);
+        if let Err(e) = self.node.raft.shutdown().await {
+            warn!("raft shutdown: {e}");
+        }
+        // Tasks that still hold the store (peer connections winding down) must not keep the
+        // directory locked: closing it here lets the same process open it again at once.
+        tokio::task::block_in_place(|| self.node.log.close());
+    }
+}

@@ -1,0 +1,176 @@
+//! How a proposal reaches the leader: written here when this node leads, else forwarded over
+//! the cluster port, tried again after every leader change (the same seq, so it takes effect at
+//! most once) until it is answered or `cluster-wait-leader-ms` passes.
+
+use super::*;
+
+impl Node {
+    /// `cluster-wait-leader-ms`: how long a command may wait for a leader to commit it.
+    pub(super) fn wait_leader(&self) -> Duration {
+        Duration::from_millis(self.settings.wait_leader_ms)
+    }
+
+    pub(super) fn propose(self: &Arc<Self>, ops: Vec<Op>) -> oneshot::Receiver<Outcome> {
+        let (seq, outcome) = self.pending.register();
+        let deadline = Instant::now() + self.wait_leader();
+        tokio::spawn(self.clone().submit(seq, ops, deadline));
+        outcome
+    }
+
+    /// Gets proposal `seq` committed: here if this node leads, else at the leader it knows,
+    /// again after every failure (the same seq: a copy that did take effect makes the others
+    /// no-ops) until it is answered or `deadline` passes.
+    pub(super) async fn submit(self: Arc<Self>, seq: u64, ops: Vec<Op>, deadline: Instant) {
+        let mut metrics = self.raft.metrics();
+        let mut last_why = "no leader is known".to_owned();
+        let proposed = deadline - self.wait_leader();
+        loop {
+            if !self.pending.is_waiting(seq) {
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.pending.resolve(
+                    seq,
+                    Err(ClusterError::NoLeader {
+                        waited_ms: self.settings.wait_leader_ms,
+                        why: last_why,
+                    }),
+                );
+                return;
+            }
+            let proposal = Proposal {
+                origin: Origin {
+                    node: self.me.node,
+                    incarnation: self.me.incarnation,
+                    seq,
+                    floor: self.pending.floor(),
+                },
+                at: Millis(0),
+                ops: ops.clone(),
+            };
+            let leader = metrics.borrow_watched().current_leader;
+            let outcome = match leader {
+                // A leader cut off from the majority holds the entry until it commits or a
+                // newer leader's log replaces it (after the partition heals): the client is
+                // answered at its limit all the same. Should the entry commit later, its apply
+                // finds the seq answered and drops the result.
+                Some(id) if id == self.me.node => {
+                    tokio::time::timeout(deadline - now, self.write_here(proposal))
+                        .await
+                        .unwrap_or_else(|_| Forwarded::Failed(UNACKNOWLEDGED_WRITE.to_owned()))
+                }
+                Some(id) => {
+                    self.figures.forwarded(ops.len());
+                    tokio::select! {
+                        outcome = self.forward(id, proposal, deadline - now) => outcome,
+                        () = leader_moved_from(self.raft.metrics(), id) => {
+                            Forwarded::Failed(format!("node {id} stopped leading while it had the request"))
+                        }
+                    }
+                }
+                None => Forwarded::NotLeader { leader: None },
+            };
+            match outcome {
+                // Applied on the leader: this node's own apply answers the client.
+                Forwarded::Committed => {
+                    self.figures.proposal_committed(proposed.elapsed());
+                    return;
+                }
+                Forwarded::NotLeader { leader } => last_why = not_leading(leader),
+                Forwarded::Failed(why) => last_why = why,
+            }
+            news_of_a_leader(&mut metrics, deadline).await;
+        }
+    }
+
+    /// Proposes on this node as the leader: stamped with the leader's clock, once it is in
+    /// office (until then the proposer tries again shortly).
+    pub(super) async fn write_here(&self, mut proposal: Proposal) -> Forwarded {
+        if !self.in_office.load(std::sync::atomic::Ordering::Acquire) {
+            return Forwarded::NotLeader {
+                leader: Some(self.me.node),
+            };
+        }
+        proposal.at = self.clock.now();
+        match self.raft.client_write(proposal).await {
+            Ok(_) => Forwarded::Committed,
+            // Discarded: a newer leader's log replaced the entry here (it may have committed
+            // there all the same). Sent again with the same seq, it takes effect at most once.
+            Err(RaftError::APIError(
+                ClientWriteError::ForwardToLeader(f) | ClientWriteError::LogEntryDiscarded(f),
+            )) => Forwarded::NotLeader {
+                leader: f.leader_id,
+            },
+            Err(e) => Forwarded::Failed(e.to_string()),
+        }
+    }
+
+    pub(super) async fn forward(
+        &self,
+        leader: NodeId,
+        proposal: Proposal,
+        left: Duration,
+    ) -> Forwarded {
+        let Some(addr) = self.address_of(leader) else {
+            return Forwarded::NotLeader { leader: None };
+        };
+        let client = self.peers.client(leader, &addr);
+        match client.call(&Request::Forward(proposal), left).await {
+            Ok(Response::Forwarded(outcome)) => outcome,
+            Ok(other) => Forwarded::Failed(format!("unexpected answer {other:?}")),
+            Err(e) => Forwarded::Failed(e.to_string()),
+        }
+    }
+
+    pub(super) fn address_of(&self, id: NodeId) -> Option<String> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        metrics
+            .membership_config
+            .nodes()
+            .find(|(nid, _)| **nid == id)
+            .map(|(_, n)| n.addr.clone())
+    }
+}
+
+/// Why a write proposed on the leader got no answer in time: no majority acknowledged its entry
+/// (this leader is cut off, or the majority is slow). Its outcome is unknown: the entry stays in
+/// this leader's log and may still commit.
+pub(super) const UNACKNOWLEDGED_WRITE: &str = "the leader got no majority to acknowledge it; its outcome is unknown, it may still take effect";
+
+/// Why the last attempt found no leader to take it.
+pub(super) fn not_leading(leader: Option<NodeId>) -> String {
+    match leader {
+        Some(l) => format!("node {l} was said to lead"),
+        None => "no leader is known".to_owned(),
+    }
+}
+
+/// Returns once this node knows a leader other than `leader`: a request sent to a leader that was
+/// paused or cut off is then sent again to the new one at once (the copies share a seq, so at
+/// most one takes effect), instead of waiting out `cluster-wait-leader-ms` on the old one.
+pub(super) async fn leader_moved_from(
+    mut metrics: openraft::alias::WatchReceiverOf<FlockRaft, openraft::RaftMetrics<FlockRaft>>,
+    leader: NodeId,
+) {
+    loop {
+        let current = metrics.borrow_watched().current_leader;
+        if current.is_some_and(|id| id != leader) {
+            return;
+        }
+        if metrics.changed().await.is_err() {
+            // shutting down: the request's own deadline ends the wait
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Waits for news of a leader (or a little while) before the next attempt.
+pub(super) async fn news_of_a_leader(
+    metrics: &mut openraft::alias::WatchReceiverOf<FlockRaft, openraft::RaftMetrics<FlockRaft>>,
+    deadline: Instant,
+) {
+    let pause = Duration::from_millis(50).min(deadline.saturating_duration_since(Instant::now()));
+    let _ = tokio::time::timeout(pause, metrics.changed()).await;
+}

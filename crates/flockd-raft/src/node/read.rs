@@ -1,0 +1,106 @@
+//! Linearizable reads: the leader's read point (ReadIndex, confirmed by a quorum), asked here
+//! when this node leads, else of the leader over the cluster port.
+
+use super::propose::{leader_moved_from, news_of_a_leader, not_leading};
+use super::*;
+
+impl Node {
+    pub(super) async fn read_point(&self) -> Result<Millis, ClusterError> {
+        let deadline = Instant::now() + self.wait_leader();
+        let mut metrics = self.raft.metrics();
+        let mut last_why = "no leader is known".to_owned();
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ClusterError::NoLeader {
+                    waited_ms: self.settings.wait_leader_ms,
+                    why: last_why,
+                });
+            }
+            let leader = metrics.borrow_watched().current_leader;
+            let point = match leader {
+                Some(id) if id == self.me.node => {
+                    tokio::time::timeout(deadline - now, self.read_index_here())
+                        .await
+                        .unwrap_or_else(|_| ReadPoint::Failed(UNCONFIRMED_READ.to_owned()))
+                }
+                Some(id) => {
+                    tokio::select! {
+                        point = self.read_index_at(id, deadline - now) => point,
+                        () = leader_moved_from(self.raft.metrics(), id) => {
+                            ReadPoint::Failed(format!("node {id} stopped leading while it had the read"))
+                        }
+                    }
+                }
+                None => ReadPoint::NotLeader { leader: None },
+            };
+            match point {
+                ReadPoint::Ready { index, at } => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    return match self
+                        .raft
+                        .wait(Some(left))
+                        .applied_index_at_least(Some(index), "read point")
+                        .await
+                    {
+                        Ok(_) => Ok(at),
+                        Err(openraft::metrics::WaitError::ShuttingDown) => {
+                            Err(ClusterError::ShuttingDown)
+                        }
+                        Err(openraft::metrics::WaitError::Timeout(..)) => {
+                            Err(ClusterError::NoLeader {
+                                waited_ms: self.settings.wait_leader_ms,
+                                why: format!("this node had not applied index {index} yet"),
+                            })
+                        }
+                    };
+                }
+                ReadPoint::NotLeader { leader } => last_why = not_leading(leader),
+                ReadPoint::Failed(why) => last_why = why,
+            }
+            news_of_a_leader(&mut metrics, deadline).await;
+        }
+    }
+
+    /// The read point as the leader: its commit index once a quorum confirmed it still leads
+    /// (a leader cut off from the majority gets no confirmation and names none).
+    pub(super) async fn read_index_here(&self) -> ReadPoint {
+        if !self.in_office.load(std::sync::atomic::Ordering::Acquire) {
+            return ReadPoint::NotLeader {
+                leader: Some(self.me.node),
+            };
+        }
+        match self.raft.get_read_linearizer(ReadPolicy::ReadIndex).await {
+            Ok(linearizer) => ReadPoint::Ready {
+                index: linearizer.read_log_id().index(),
+                at: self.clock.now(),
+            },
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
+                ReadPoint::NotLeader {
+                    leader: f.leader_id,
+                }
+            }
+            // openraft's text names every member: the reply keeps to the point.
+            Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_))) => {
+                ReadPoint::Failed(UNCONFIRMED_READ.to_owned())
+            }
+            Err(e) => ReadPoint::Failed(e.to_string()),
+        }
+    }
+
+    pub(super) async fn read_index_at(&self, leader: NodeId, left: Duration) -> ReadPoint {
+        let Some(addr) = self.address_of(leader) else {
+            return ReadPoint::NotLeader { leader: None };
+        };
+        let client = self.peers.client(leader, &addr);
+        match client.call(&Request::ReadIndex, left).await {
+            Ok(Response::ReadPoint(point)) => point,
+            Ok(other) => ReadPoint::Failed(format!("unexpected answer {other:?}")),
+            Err(e) => ReadPoint::Failed(e.to_string()),
+        }
+    }
+}
+
+/// Why the leader named no read point in time: no majority confirmed it still leads.
+pub(super) const UNCONFIRMED_READ: &str =
+    "the leader got no majority to confirm that it still leads";
