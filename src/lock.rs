@@ -106,7 +106,7 @@ pub struct LockArgs {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum LockError {
+pub enum LockToolError {
     #[error("{0}")]
     Client(#[from] flockd_client::Error),
     #[error("bad server URL {url}: {source}")]
@@ -128,13 +128,13 @@ pub enum LockError {
     Wait(io::Error),
 }
 
-impl LockError {
+impl LockToolError {
     fn exit_code(&self) -> u8 {
         match self {
-            LockError::Spawn { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+            LockToolError::Spawn { source, .. } if source.kind() == io::ErrorKind::NotFound => {
                 NOT_FOUND
             }
-            LockError::Spawn { .. } => CANNOT_RUN,
+            LockToolError::Spawn { .. } => CANNOT_RUN,
             _ => OWN_FAILURE,
         }
     }
@@ -161,13 +161,13 @@ pub fn run(args: LockArgs) -> ExitCode {
     }
 }
 
-async fn lock_and_run(args: &LockArgs) -> Result<u8, LockError> {
+async fn lock_and_run(args: &LockArgs) -> Result<u8, LockToolError> {
     let client = Client::from_clients(clients(args)?).await?;
     let Some(guard) = acquire(&client, args).await? else {
         return Ok(args.conflict_exit_code);
     };
     // Installed before CMD exists, so no SIGCHLD or forwarded signal can slip past.
-    let mut signals = Signals::new().map_err(LockError::Signals)?;
+    let mut signals = Signals::new().map_err(LockToolError::Signals)?;
     let terminal = owns_terminal();
     let child = match spawn(args, &guard, terminal) {
         Ok(child) => child,
@@ -202,11 +202,11 @@ fn take_terminal_back() {
 }
 
 /// One redis client per URL, with the TLS files for `rediss://` ones.
-fn clients(args: &LockArgs) -> Result<Vec<redis::Client>, LockError> {
+fn clients(args: &LockArgs) -> Result<Vec<redis::Client>, LockToolError> {
     let read = |flag: &'static str, path: &Option<PathBuf>| {
         path.as_ref()
             .map(|path| {
-                std::fs::read(path).map_err(|source| LockError::TlsFile {
+                std::fs::read(path).map_err(|source| LockToolError::TlsFile {
                     flag,
                     path: path.clone(),
                     source,
@@ -237,7 +237,7 @@ fn clients(args: &LockArgs) -> Result<Vec<redis::Client>, LockError> {
             } else {
                 redis::Client::open(url)
             };
-            client.map_err(|source| LockError::Url {
+            client.map_err(|source| LockToolError::Url {
                 url: url.to_string(),
                 source,
             })
@@ -246,7 +246,7 @@ fn clients(args: &LockArgs) -> Result<Vec<redis::Client>, LockError> {
 }
 
 /// The lock, or `None` when it stayed held (at once with --nonblock, or for all of --wait).
-async fn acquire(client: &Client, args: &LockArgs) -> Result<Option<LockGuard>, LockError> {
+async fn acquire(client: &Client, args: &LockArgs) -> Result<Option<LockGuard>, LockToolError> {
     let wait = if args.nonblock {
         Some(Duration::ZERO)
     } else {
@@ -277,7 +277,7 @@ async fn acquire(client: &Client, args: &LockArgs) -> Result<Option<LockGuard>, 
 
 /// Starts CMD in a process group of its own (so a lost lock can stop all of it), with the
 /// lock in its environment, and bound to die with this process.
-fn spawn(args: &LockArgs, guard: &LockGuard, terminal: bool) -> Result<Child, LockError> {
+fn spawn(args: &LockArgs, guard: &LockGuard, terminal: bool) -> Result<Child, LockToolError> {
     let mut command = std::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
@@ -310,7 +310,7 @@ fn spawn(args: &LockArgs, guard: &LockGuard, terminal: bool) -> Result<Child, Lo
             Ok(())
         });
     }
-    command.spawn().map_err(|source| LockError::Spawn {
+    command.spawn().map_err(|source| LockToolError::Spawn {
         command: args.command[0].to_string_lossy().into_owned(),
         source,
     })
@@ -348,13 +348,13 @@ async fn supervise(
     guard: LockGuard,
     mut child: Child,
     signals: &mut Signals,
-) -> Result<u8, LockError> {
+) -> Result<u8, LockToolError> {
     let group = child.id() as libc::pid_t;
     let lost = guard.lost();
     tokio::pin!(lost);
     let mut ending: Option<Ending> = None;
     let status = loop {
-        if let Some(status) = child.try_wait().map_err(LockError::Wait)? {
+        if let Some(status) = child.try_wait().map_err(LockToolError::Wait)? {
             break status;
         }
         if ending.is_none()

@@ -40,7 +40,7 @@ pub enum CommandError {
     },
     #[error("ERR unknown subcommand '{sub}'. Try {command} HELP.")]
     UnknownSubcommand { command: &'static str, sub: String },
-    #[error("{0}")]
+    #[error("NOTOWNER {0}")]
     NotOwner(#[from] flockd_core::LockError),
     /// A cluster command that cannot run (a bad node id, a single node).
     #[error("ERR {0}")]

@@ -563,7 +563,7 @@ fn wrong_or_stale_tokens_are_notowner_and_change_nothing() {
     assert_eq!(l.sm.lock_stats().notowner_rejections, 5);
     assert_eq!(
         notowner(7).to_string(),
-        "NOTOWNER lock 'lock' is not held by token 7"
+        "lock 'lock' is not held by token 7"
     );
 }
 
