@@ -38,7 +38,7 @@ static ALLOC: alloc_limit::Counting = alloc_limit::Counting;
 /// reserved for as many elements as bytes remain (postcard's size hint, capped by serde at
 /// 1 MiB), the largest element being a log entry. Linear in the input either way.
 fn allowance(input_len: usize) -> usize {
-    let element = std::mem::size_of::<flockd_raft::types::Entry>()
+    let element = std::mem::size_of::<flockd_raft::types::RaftEntry>()
         .max(std::mem::size_of::<flockd_core::Op>());
     (64 + 2 * element) * input_len + 256 * 1024
 }

@@ -32,12 +32,12 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use flockd_core::{Millis, OpResult, Snapshot, StateMachine};
+use flockd_log::{Apply, Entry};
 use flockd_raft::identity::{Identities, Identity};
 use flockd_raft::network::{Request, Response, decode_request, decode_response, read_frame};
 use flockd_raft::peer_server::{PeerHandler, serve_connection};
 use flockd_raft::pending::PendingTable;
-use flockd_log::{Apply, Entry};
-use flockd_raft::state_machine::{MachineStore, Me, SnapshotFile};
+use flockd_raft::state_machine::{MachineStore, Me, SnapshotData};
 use flockd_raft::transport::{BoxFuture, PeerStream};
 use flockd_raft::types::{FlockRaft, Membership, SnapshotMeta, StoredMembership, Vote};
 use libfuzzer_sys::fuzz_target;
@@ -54,7 +54,7 @@ const SEEN: &str = "2 00000000000000bb\n3 00000000000000cc\n";
 /// replies of a bounded size per frame, a sequence reserved for as many elements as bytes
 /// remain, and what a connection costs whatever it is sent (its task, channel and buffers).
 fn allowance(input_len: usize) -> usize {
-    let element = std::mem::size_of::<flockd_raft::types::Entry>()
+    let element = std::mem::size_of::<flockd_raft::types::RaftEntry>()
         .max(std::mem::size_of::<flockd_core::Op>());
     (64 + 2 * element) * input_len + 1024 * 1024
 }
@@ -98,7 +98,7 @@ impl PeerHandler for Handler {
         &self,
         _vote: Vote,
         _meta: SnapshotMeta,
-        file: SnapshotFile,
+        file: SnapshotData,
     ) -> BoxFuture<'_, Response> {
         self.installed.fetch_add(1, Ordering::Relaxed);
         // A node takes the file over (it becomes the snapshot); here it goes.

@@ -13,7 +13,7 @@ use flockd_raft::dedup::Dedup;
 use flockd_raft::identity::Identity;
 use flockd_raft::network::{Forwarded, ReadPoint, Request, Response, frame};
 use flockd_raft::types::{
-    Entry, LeaderId, LogId, Membership, Origin, Proposal, SnapshotMeta, StoredMembership, Vote,
+    LeaderId, LogId, Membership, Origin, Proposal, RaftEntry, SnapshotMeta, StoredMembership, Vote,
 };
 use openraft::EntryPayload;
 use openraft::raft::{
@@ -81,16 +81,16 @@ fn dedup() -> Dedup {
 
 fn messages() -> Vec<Vec<u8>> {
     let vote = Vote::new_committed(3, 2);
-    let entries: Vec<Entry> = vec![
-        Entry {
+    let entries: Vec<RaftEntry> = vec![
+        RaftEntry {
             log_id: log_id(3, 41),
             payload: EntryPayload::Blank,
         },
-        Entry {
+        RaftEntry {
             log_id: log_id(3, 42),
             payload: EntryPayload::Normal(proposal()),
         },
-        Entry {
+        RaftEntry {
             log_id: log_id(3, 43),
             payload: EntryPayload::Membership(membership()),
         },

@@ -17,7 +17,7 @@ use raft_log::api::raft_log_writer::RaftLogWriter;
 use raft_log::codeq::{Decode, Encode};
 use raft_log::{RaftLog, Types};
 
-use crate::types::{Entry, EntryPayload, FlockRaft, LeaderId, LogId, Vote};
+use crate::types::{EntryPayload, FlockRaft, LeaderId, LogId, RaftEntry, Vote};
 
 /// raft-log's view of our types.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -153,14 +153,14 @@ fn encode_payload(payload: &EntryPayload) -> io::Result<WalPayload> {
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-fn decode_entry(log_id: &WalLogId, payload: &WalPayload) -> io::Result<Entry> {
+fn decode_entry(log_id: &WalLogId, payload: &WalPayload) -> io::Result<RaftEntry> {
     let payload: EntryPayload = postcard::from_bytes(&payload.0).map_err(|e| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!("log entry {}: {e}", log_id.index),
         )
     })?;
-    Ok(Entry {
+    Ok(RaftEntry {
         log_id: log_id.into(),
         payload,
     })
@@ -275,7 +275,7 @@ impl RaftLogReader<FlockRaft> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
-    ) -> Result<Vec<Entry>, io::Error> {
+    ) -> Result<Vec<RaftEntry>, io::Error> {
         let (from, to) = bounds(&range);
         let log = self.log.clone();
         tokio::task::spawn_blocking(move || {
@@ -334,7 +334,7 @@ impl RaftLogStorage<FlockRaft> for LogStore {
         callback: IOFlushed<FlockRaft>,
     ) -> Result<(), io::Error>
     where
-        I: IntoIterator<Item = Entry> + OptionalSend,
+        I: IntoIterator<Item = RaftEntry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
         let records = entries

@@ -27,7 +27,7 @@ use tracing::{debug, info, warn};
 
 use crate::dedup::Dedup;
 use crate::identity::{Identities, Identity};
-use crate::state_machine::SnapshotFile;
+use crate::state_machine::SnapshotData;
 use crate::transport::{PeerWriter, Transport};
 use crate::types::{FlockRaft, NodeId, Proposal, SnapshotMeta, Vote};
 
@@ -586,7 +586,7 @@ impl PeerNetwork {
 }
 
 impl RaftNetworkV2<FlockRaft> for PeerNetwork {
-    type SnapshotData = SnapshotFile;
+    type SnapshotData = SnapshotData;
 
     async fn append_entries(
         &mut self,
@@ -632,7 +632,7 @@ impl RaftNetworkV2<FlockRaft> for PeerNetwork {
     async fn full_snapshot(
         &mut self,
         vote: Vote,
-        snapshot: openraft::alias::SnapshotOf<FlockRaft, SnapshotFile>,
+        snapshot: openraft::alias::SnapshotOf<FlockRaft, SnapshotData>,
         cancel: impl std::future::Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<FlockRaft>, StreamingError<FlockRaft>> {

@@ -11,7 +11,7 @@ use tokio::sync::{Semaphore, mpsc};
 
 use crate::identity::Identity;
 use crate::network::{Request, Response, decode_request, frame, read_frame, write_all};
-use crate::state_machine::{MachineStore, SnapshotFile};
+use crate::state_machine::{MachineStore, SnapshotData};
 use crate::transport::BoxFuture;
 use crate::transport::PeerStream;
 use crate::types::{SnapshotMeta, Vote};
@@ -31,7 +31,7 @@ pub trait PeerHandler: Send + Sync + 'static {
         &self,
         vote: Vote,
         meta: SnapshotMeta,
-        file: SnapshotFile,
+        file: SnapshotData,
     ) -> BoxFuture<'_, Response>;
 }
 
@@ -164,7 +164,7 @@ pub async fn serve_connection(
                     {
                         Ok(()) => {
                             drop(r.file);
-                            let file = SnapshotFile {
+                            let file = SnapshotData {
                                 path: r.path,
                                 dedup,
                             };

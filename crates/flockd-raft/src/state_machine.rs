@@ -27,7 +27,7 @@ use crate::types::{Applied, FlockRaft, LogId, NodeId, SnapshotMeta, StoredMember
 
 /// A snapshot as openraft passes it around: its data file and the dedup table it goes with.
 #[derive(Debug, Clone)]
-pub struct SnapshotFile {
+pub struct SnapshotData {
     pub path: PathBuf,
     pub dedup: Dedup,
 }
@@ -44,7 +44,7 @@ struct Inner {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     dedup: Dedup,
-    current: Option<(SnapshotMeta, SnapshotFile)>,
+    current: Option<(SnapshotMeta, SnapshotData)>,
 }
 
 /// This node's identity, to tell its own proposals from the others'.
@@ -105,7 +105,7 @@ impl MachineStore {
                 inner.dedup = meta.dedup.clone();
                 inner.current = Some((
                     meta.meta,
-                    SnapshotFile {
+                    SnapshotData {
                         path: data,
                         dedup: meta.dedup,
                     },
@@ -149,7 +149,7 @@ impl MachineStore {
             .map_err(|e| io_err(&building, e))?;
         let kept = self.keep(
             &meta,
-            &SnapshotFile {
+            &SnapshotData {
                 path: building,
                 dedup: Dedup::default(),
             },
@@ -180,7 +180,7 @@ impl MachineStore {
     /// Makes `data` (a finished data file) the current snapshot under `meta`: renamed to its
     /// final name, then the meta file written and renamed over the last one, then the older
     /// data files removed.
-    fn keep(&self, meta: &SnapshotMeta, data: &SnapshotFile) -> io::Result<SnapshotFile> {
+    fn keep(&self, meta: &SnapshotMeta, data: &SnapshotData) -> io::Result<SnapshotData> {
         let name = match &meta.last_log_id {
             Some(id) => format!(
                 "snap-{}-{}-{}.aof",
@@ -215,7 +215,7 @@ impl MachineStore {
             .and_then(|d| d.sync_all())
             .map_err(|e| io_err(&self.dir, e))?;
         remove_strays(&self.dir, Some(&path));
-        Ok(SnapshotFile {
+        Ok(SnapshotData {
             path,
             dedup: data.dedup.clone(),
         })
@@ -255,11 +255,11 @@ fn remove_strays(dir: &Path, keep: Option<&Path>) {
 }
 
 impl RaftSnapshotBuilder<FlockRaft> for MachineStore {
-    type SnapshotData = SnapshotFile;
+    type SnapshotData = SnapshotData;
 
     async fn build_snapshot(
         &mut self,
-    ) -> Result<openraft::alias::SnapshotOf<FlockRaft, SnapshotFile>, io::Error> {
+    ) -> Result<openraft::alias::SnapshotOf<FlockRaft, SnapshotData>, io::Error> {
         // Taken together, so the state, the log id and the dedup table match.
         let (snapshot, meta, dedup) = {
             let inner = self.inner.lock();
@@ -276,7 +276,7 @@ impl RaftSnapshotBuilder<FlockRaft> for MachineStore {
         ));
         let kept = tokio::task::spawn_blocking(move || {
             flockd_log::save_snapshot(&snapshot, &building).map_err(|e| io_err(&building, e))?;
-            let file = SnapshotFile {
+            let file = SnapshotData {
                 path: building,
                 dedup,
             };
@@ -287,7 +287,7 @@ impl RaftSnapshotBuilder<FlockRaft> for MachineStore {
         let (meta, file) = kept;
         info!(last_log = ?meta.last_log_id, file = %file.path.display(), "snapshot built");
         self.inner.lock().current = Some((meta.clone(), file.clone()));
-        Ok(openraft::alias::SnapshotOf::<FlockRaft, SnapshotFile> {
+        Ok(openraft::alias::SnapshotOf::<FlockRaft, SnapshotData> {
             meta,
             snapshot: file,
         })
@@ -295,7 +295,7 @@ impl RaftSnapshotBuilder<FlockRaft> for MachineStore {
 }
 
 impl RaftStateMachine<FlockRaft> for MachineStore {
-    type SnapshotData = SnapshotFile;
+    type SnapshotData = SnapshotData;
     type SnapshotBuilder = MachineStore;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
@@ -355,7 +355,7 @@ impl RaftStateMachine<FlockRaft> for MachineStore {
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: SnapshotFile,
+        snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
         let store = self.clone();
         let meta_owned = meta.clone();
@@ -385,14 +385,14 @@ impl RaftStateMachine<FlockRaft> for MachineStore {
 
     async fn get_current_snapshot(
         &mut self,
-    ) -> Result<Option<openraft::alias::SnapshotOf<FlockRaft, SnapshotFile>>, io::Error> {
+    ) -> Result<Option<openraft::alias::SnapshotOf<FlockRaft, SnapshotData>>, io::Error> {
         Ok(self
             .inner
             .lock()
             .current
             .clone()
             .map(
-                |(meta, snapshot)| openraft::alias::SnapshotOf::<FlockRaft, SnapshotFile> {
+                |(meta, snapshot)| openraft::alias::SnapshotOf::<FlockRaft, SnapshotData> {
                     meta,
                     snapshot,
                 },

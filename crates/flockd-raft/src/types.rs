@@ -20,7 +20,9 @@ openraft::declare_raft_types!(
 pub type NodeId = u64;
 pub type LogId = openraft::alias::LogIdOf<FlockRaft>;
 pub type Vote = openraft::alias::VoteOf<FlockRaft>;
-pub type Entry = openraft::alias::EntryOf<FlockRaft>;
+/// A Raft log entry (openraft's), not to be confused with the committed [`flockd_log::Entry`]
+/// the state machine applies.
+pub type RaftEntry = openraft::alias::EntryOf<FlockRaft>;
 pub type EntryPayload = openraft::EntryPayload<Proposal, NodeId, openraft::BasicNode>;
 pub type Membership = openraft::Membership<NodeId, openraft::BasicNode>;
 pub type StoredMembership = openraft::alias::StoredMembershipOf<FlockRaft>;

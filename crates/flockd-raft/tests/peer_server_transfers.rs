@@ -15,7 +15,7 @@ use flockd_raft::identity::Identity;
 use flockd_raft::network::{Request, Response, decode_response, frame, read_frame};
 use flockd_raft::peer_server::{PeerHandler, serve_connection};
 use flockd_raft::pending::PendingTable;
-use flockd_raft::state_machine::{MachineStore, Me, SnapshotFile};
+use flockd_raft::state_machine::{MachineStore, Me, SnapshotData};
 use flockd_raft::transport::{BoxFuture, PeerStream};
 use flockd_raft::types::{SnapshotMeta, Vote};
 use tokio::io::{AsyncWriteExt, DuplexStream};
@@ -37,7 +37,7 @@ impl PeerHandler for Greeter {
         &self,
         _vote: Vote,
         _meta: SnapshotMeta,
-        _file: SnapshotFile,
+        _file: SnapshotData,
     ) -> BoxFuture<'_, Response> {
         Box::pin(async { Response::Failed("not here".to_owned()) })
     }

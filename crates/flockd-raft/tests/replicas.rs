@@ -11,7 +11,7 @@ use common::{PlainHost, TempDir};
 use flockd_core::{AcquireResult, Millis, Op, OpResult, Terms};
 use flockd_raft::pending::PendingTable;
 use flockd_raft::state_machine::{MachineStore, Me};
-use flockd_raft::types::{Entry, LeaderId, LogId, Origin, Proposal};
+use flockd_raft::types::{LeaderId, LogId, Origin, Proposal, RaftEntry};
 use futures_util::stream;
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder};
@@ -45,8 +45,8 @@ fn replica(node: u64) -> Replica {
     }
 }
 
-fn entry(index: u64, proposal: Proposal) -> Entry {
-    Entry {
+fn entry(index: u64, proposal: Proposal) -> RaftEntry {
+    RaftEntry {
         log_id: LogId {
             leader_id: LeaderId {
                 term: 1,
@@ -81,13 +81,13 @@ fn acquire(name: &str) -> Op {
     }
 }
 
-async fn feed(store: &mut MachineStore, entries: Vec<Entry>) {
+async fn feed(store: &mut MachineStore, entries: Vec<RaftEntry>) {
     let items = entries.into_iter().map(|e| Ok((e, None)));
     store.apply(stream::iter(items)).await.expect("apply");
 }
 
 /// A log of acquires and releases over a few names, by three proposers, with one retry.
-fn log() -> Vec<Entry> {
+fn log() -> Vec<RaftEntry> {
     let mut entries = Vec::new();
     let mut index = 1;
     for round in 0..30u64 {

@@ -93,7 +93,7 @@ impl PeerHandler for Node {
         &self,
         vote: crate::types::Vote,
         meta: crate::types::SnapshotMeta,
-        file: crate::state_machine::SnapshotFile,
+        file: crate::state_machine::SnapshotData,
     ) -> BoxFuture<'_, Response> {
         Box::pin(async move {
             let snapshot = openraft::alias::SnapshotOf::<FlockRaft, _> {
