@@ -1,6 +1,6 @@
 //! Helpers shared by the integration tests: temporary directories; files built with the codec
 //! (log entries, snapshots, first-format changes) and read back record by record; sample entries
-//! with every kind of op and sample first-format changes; the test [`Applier`] ([`Host`], a
+//! with every kind of op and sample first-format changes; the test [`flockd_log::Apply`] ([`Host`], a
 //! plain [`StateMachine`] behind a mutex that also keeps the history it applied); a random
 //! proposer ([`Sim`]); a model of what first-format records mean (as the releases that wrote
 //! them defined it); and a capture of the crate's log lines.
