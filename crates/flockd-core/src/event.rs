@@ -42,3 +42,16 @@ pub enum Event {
     /// re-arm).
     WaitEnded { name: Bytes, wait: WaitId },
 }
+
+impl Event {
+    /// Drops the hold time: what a machine rebuilt from a snapshot (which does not keep grant
+    /// times) would report, so its events can be compared with the original's.
+    pub fn forget_hold_time(&mut self) {
+        if let Event::Released { held_ms, .. }
+        | Event::Expired { held_ms, .. }
+        | Event::ForceReleased { held_ms, .. } = self
+        {
+            *held_ms = None;
+        }
+    }
+}

@@ -399,12 +399,7 @@ fn comparable(op: &Op, result: &OpResult, events: &[Event]) -> (OpResult, Vec<Ev
     // A snapshot does not keep when a holding was granted (hold times are metrics, not
     // state): a rebuilt machine cannot say how long a restored holding was held.
     for event in &mut events {
-        if let Event::Released { held_ms, .. }
-        | Event::Expired { held_ms, .. }
-        | Event::ForceReleased { held_ms, .. } = event
-        {
-            *held_ms = None;
-        }
+        event.forget_hold_time();
     }
     if TOLERATE_KNOWN_BUGS {
         match &mut result {

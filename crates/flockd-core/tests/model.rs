@@ -671,12 +671,7 @@ fn replay(
         let mut applied = applied.clone();
         if restored {
             for event in &mut applied.events {
-                if let Event::Released { held_ms, .. }
-                | Event::Expired { held_ms, .. }
-                | Event::ForceReleased { held_ms, .. } = event
-                {
-                    *held_ms = None;
-                }
+                event.forget_hold_time();
             }
         }
         applied

@@ -60,12 +60,7 @@ fn expired(token: u64) -> Event {
 
 fn without_hold_times(events: &mut [Event]) {
     for event in events {
-        if let Event::Released { held_ms, .. }
-        | Event::Expired { held_ms, .. }
-        | Event::ForceReleased { held_ms, .. } = event
-        {
-            *held_ms = None;
-        }
+        event.forget_hold_time();
     }
 }
 
