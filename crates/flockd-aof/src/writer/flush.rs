@@ -1,15 +1,13 @@
 //! The writer thread and its rounds: take everything queued, write it in one `write`, sync as
 //! the policy says (group commit), apply, answer; the failed state and its retry; shutdown.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Seek, SeekFrom, Write};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use flockd_core::OpResult;
-use flockd_log::Entry;
 use flockd_log::record::encode_entry;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
@@ -18,36 +16,9 @@ use super::Committed;
 use crate::FsyncPolicy;
 use crate::error::CommitError;
 
-use super::rewrite::{RewriteRun, write_snapshot};
+use super::rewrite::write_snapshot;
 use super::shared::{QueuedProposal, SECOND, WriterShared, unix_ms};
-
-/// The writer thread's state: it alone touches the file.
-pub(super) struct Writer {
-    pub(super) sh: Arc<WriterShared>,
-    pub(super) file: File,
-    /// Bytes of the file known to be good (written completely).
-    pub(super) file_len: u64,
-    pub(super) size_at_last_rewrite: u64,
-    /// Position of the last entry taken from the queue.
-    pub(super) last_taken: u64,
-    /// Written since the last sync.
-    pub(super) unsynced: bool,
-    pub(super) unsynced_records: u64,
-    pub(super) last_fsync: Instant,
-    pub(super) failed: bool,
-    pub(super) last_retry: Instant,
-    pub(super) rewrite: Option<RewriteRun>,
-    /// Encoding buffer, reused.
-    pub(super) buf: Vec<u8>,
-    /// Swapped with the queue's vector so neither reallocates per batch.
-    pub(super) spare: Vec<QueuedProposal>,
-    /// An entry applied without being logged yet (see [`Aof::prepend_applied`]), encoded: it
-    /// goes out in front of the next batch.
-    pub(super) unlogged: Vec<u8>,
-    /// The entries of a batch being applied, and their results (reused).
-    pub(super) entries: Vec<Entry>,
-    pub(super) results: Vec<Vec<OpResult>>,
-}
+use super::state::{RewriteRun, Writer};
 
 /// How often the writer thread looks for queued records under `everysec` and `no`, where
 /// appends do not wake it: records nobody waits for (an expiry, a reclaimed name's floor) still

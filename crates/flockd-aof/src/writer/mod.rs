@@ -45,6 +45,7 @@
 mod flush;
 mod rewrite;
 mod shared;
+mod state;
 #[cfg(test)]
 mod tests;
 
@@ -67,9 +68,10 @@ use crate::error::{AofError, CommitError};
 use crate::histogram::FixedHistogram;
 use crate::{AofOptions, FsyncPolicy};
 
-use flush::{Writer, run_writer};
+use flush::run_writer;
 use rewrite::upgrade;
 use shared::{Progress, Queue, QueuedProposal, WriterCounters, WriterShared, policy_to_u8};
+use state::Writer;
 
 /// What a proposer receives: the results of its ops, in order, once they are durable and
 /// applied.

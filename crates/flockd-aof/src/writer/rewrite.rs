@@ -8,7 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::Instant;
 
 use flockd_log::fsutil::{rewrite_tmp_path, sync_parent_dir};
@@ -16,18 +16,7 @@ use flockd_log::{Apply, SnapshotFile, write_snapshot_of};
 
 use crate::error::AofError;
 
-use super::flush::Writer;
-
-/// The writer's side of a running rewrite.
-pub(super) struct RewriteRun {
-    /// Records above this sequence number go to the tail.
-    pub(super) tail: Vec<u8>,
-    /// The last sequence number in the tail (or the start, while it is empty).
-    pub(super) tail_last: u64,
-    pub(super) started: Instant,
-    pub(super) cancel: Arc<AtomicBool>,
-    pub(super) handle: Option<JoinHandle<()>>,
-}
+use super::state::{RewriteRun, Writer};
 
 impl Writer {
     pub(super) fn claim_rewrite(&self) -> bool {
