@@ -6,8 +6,9 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::permissions::{self, CATEGORIES};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, printable};
-use crate::server::acl::{self, CATEGORIES};
+use crate::server::acl::unix_ms;
 use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
@@ -167,7 +168,7 @@ impl LocalCommand for AclCmd {
         let state = &ctx.shared.acl;
         match self {
             AclCmd::SetUser(name, rules) => {
-                state.change(|a| a.set_user(&name, &rules, &acl::known))?;
+                state.change(|a| a.set_user(&name, &rules, &permissions::known))?;
                 reply(Reply::ok())
             }
             AclCmd::GetUser(name) => {
@@ -219,14 +220,14 @@ impl LocalCommand for AclCmd {
                     return Err(CommandError::UnknownCategory(category));
                 }
                 reply(Reply::Array(
-                    acl::commands_in(&category)
+                    permissions::commands_in(&category)
                         .into_iter()
                         .map(Reply::bulk)
                         .collect(),
                 ))
             }
             AclCmd::Log(count) => {
-                let now_ms = acl::unix_ms();
+                let now_ms = unix_ms();
                 let entries = state.log.lock().newest(count);
                 let field = |name: &'static str, value: Reply| (Reply::bulk(name), value);
                 reply(Reply::Array(
@@ -265,7 +266,7 @@ impl LocalCommand for AclCmd {
                 let config = ctx.shared.config.load();
                 let path = config.aclfile.clone().ok_or(CommandError::NoAclFile)?;
                 let users = tokio::task::block_in_place(|| {
-                    acl::read_file(&path, config.requirepass.as_deref())
+                    permissions::read_file(&path, config.requirepass.as_deref())
                 })
                 .map_err(CommandError::AclLoad)?;
                 state.change(|a| *a = users);

@@ -16,6 +16,17 @@ pub struct ArgLimits {
     pub max_wait_ms: u64,
 }
 
+impl ArgLimits {
+    /// The limits a configuration sets.
+    pub fn of(config: &crate::config::Config) -> ArgLimits {
+        ArgLimits {
+            max_name_bytes: config.max_name_bytes,
+            max_lease_ms: config.max_lease_ms,
+            max_wait_ms: config.max_wait_ms,
+        }
+    }
+}
+
 pub struct Args {
     command: &'static str,
     items: std::vec::IntoIter<Bytes>,

@@ -82,9 +82,13 @@ pub fn check_credentials(
                 user = %name,
                 "AUTH failed"
             );
-            ctx.shared
-                .acl
-                .record(ctx.conn, &name, flockd_acl::Denial::Auth, "AUTH");
+            super::permissions::record(
+                &ctx.shared.acl,
+                ctx.conn,
+                &name,
+                flockd_acl::Denial::Auth,
+                "AUTH",
+            );
             Err(CommandError::WrongPass)
         }
     }

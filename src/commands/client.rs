@@ -259,13 +259,13 @@ impl LocalCommand for Client {
             }
             Client::Info => reply(Reply::Verbatim(Bytes::from(format!(
                 "{}\n",
-                handle.describe()
+                handle.describe(super::command_name)
             )))),
             Client::List { ids } => {
                 let mut text = String::new();
                 for client in ctx.shared.clients.all() {
                     if ids.as_ref().is_none_or(|ids| ids.contains(&client.id)) {
-                        text.push_str(&client.describe());
+                        text.push_str(&client.describe(super::command_name));
                         text.push('\n');
                     }
                 }

@@ -11,7 +11,8 @@ use flockd_acl::glob_match;
 
 use crate::config::rewrite;
 use crate::server::context::{CommandResult, Ctx, reply};
-use crate::server::reconfigure::{self, ReconfigureError};
+use crate::server::live_config::ReconfigureError;
+use crate::server::reconfigure;
 
 /// A CONFIG SET pair as text. A key that is not UTF-8 is unknown anyway; a value that is not is
 /// refused rather than changed by a lossy decoding (a password would silently differ).
@@ -155,7 +156,8 @@ impl LocalCommand for ConfigCmd {
             // What Redis resets: INFO stats, commandstats, latency histograms and the lock
             // table's event counters; not the slow log or the latency monitor.
             ConfigCmd::ResetStat => {
-                crate::server::stats::reset(ctx.shared);
+                crate::server::stats::reset(&ctx.shared.stats);
+                ctx.shared.host.index().reset_stats();
                 reply(Reply::ok())
             }
             ConfigCmd::Help => reply(Reply::Array(vec![

@@ -129,7 +129,7 @@ pub enum CommandError {
     #[error("ERR {0}")]
     Rewrite(String),
     #[error("ERR {0}")]
-    ConfigSet(#[from] crate::server::reconfigure::ReconfigureError),
+    ConfigSet(#[from] crate::server::live_config::ReconfigureError),
     #[error("ERR {0}")]
     ConfigRewrite(#[from] crate::config::rewrite::RewriteError),
     /// A known subcommand with arguments it does not take (Redis's

@@ -49,6 +49,7 @@ mod info;
 mod latency;
 mod monitor;
 pub mod multi;
+pub mod permissions;
 mod ping;
 mod pubsub;
 mod quit;
@@ -71,6 +72,7 @@ use bytes::Bytes;
 use flockd_proto::Reply;
 
 use flockd_core::{Op, OpResult};
+pub use flockd_proto::printable;
 
 use crate::server::context::{CommandResult, Ctx, Outcome, Proposal};
 use crate::server::propose::ReadPoint;
@@ -335,10 +337,7 @@ pub fn unknown_command(argv: &[Bytes]) -> Reply {
     Reply::error(text)
 }
 
-/// A lossy, single-line, bounded rendering of client bytes for error texts.
-pub fn printable(bytes: &[u8], max: usize) -> String {
-    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(max)]);
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+/// The name of the command at `index` in [`TABLE`] (what CLIENT LIST shows as `cmd=`).
+pub fn command_name(index: usize) -> &'static str {
+    TABLE[index].name
 }

@@ -44,9 +44,12 @@ fn subscribe(ctx: &mut Ctx<'_>, pattern: bool, channels: Vec<Bytes>) -> CommandR
             ctx.conn.user.can_access_channel(channel)
         };
         if !allowed {
-            ctx.shared
-                .acl
-                .deny(ctx.conn, Denial::Channel, &String::from_utf8_lossy(channel));
+            super::permissions::deny(
+                &ctx.shared.acl,
+                ctx.conn,
+                Denial::Channel,
+                &String::from_utf8_lossy(channel),
+            );
             return Err(CommandError::NoPermChannel);
         }
     }

@@ -1,20 +1,15 @@
-//! Users and permissions as the server runs them: the [`Acl`] behind a lock that only ACL
-//! commands, AUTH and CONFIG SET requirepass take; a generation number that tells connections
-//! to pick up their user again after a change (their permission checks read their own copy,
-//! no lock); the categories of every command; and the checks of the admission step, which
-//! log each refusal in ACL LOG.
+//! Users as the server runs them: the [`Acl`] behind a lock that only ACL commands, AUTH and
+//! CONFIG SET requirepass take; a generation number that tells connections to pick up their
+//! user again after a change (their permission checks read their own copy, no lock); and the
+//! ACL LOG. What each command needs of a user is the command table's business
+//! (`crate::commands::permissions`).
 
 use std::sync::Arc;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use flockd_acl::{Acl, AclLog, CommandInfo, Denial, User};
+use flockd_acl::{Acl, AclLog, Denial, User};
 use parking_lot::{Mutex, RwLock};
-
-use super::context::ConnState;
-use crate::commands::{CommandError, Meta, TABLE};
 
 pub struct AclState {
     acl: RwLock<Acl>,
@@ -52,25 +47,19 @@ impl AclState {
         self.acl.read().user(name)
     }
 
-    pub fn deny(&self, conn: &ConnState, reason: Denial, object: &str) {
-        self.record(conn, &conn.user.name, reason, object);
-    }
-
-    /// An ACL LOG entry for `username` (the one tried, for a failed AUTH).
-    pub fn record(&self, conn: &ConnState, username: &str, reason: Denial, object: &str) {
-        let context = if conn.transaction.is_some() {
-            "multi"
-        } else {
-            "toplevel"
-        };
-        self.log.lock().record(
-            reason,
-            context,
-            object,
-            username,
-            conn.handle.describe(),
-            unix_ms(),
-        );
+    /// An ACL LOG entry for `username` (the one tried, for a failed AUTH), refused in
+    /// `context` (`toplevel` or `multi`), by the client `client` describes.
+    pub fn record(
+        &self,
+        username: &str,
+        reason: Denial,
+        object: &str,
+        context: &'static str,
+        client: String,
+    ) {
+        self.log
+            .lock()
+            .record(reason, context, object, username, client, unix_ms());
     }
 }
 
@@ -79,236 +68,4 @@ pub fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Whether `name` is a command, `command|subcommand` or `@category` the rules may name.
-pub fn known(name: &str) -> bool {
-    if let Some(category) = name.strip_prefix('@') {
-        return CATEGORIES.contains(&category);
-    }
-    match name.split_once('|') {
-        Some((command, sub)) => TABLE.iter().any(|m| {
-            m.name == command
-                && m.subcommands
-                    .iter()
-                    .any(|s| s.name.split('|').nth(1) == Some(sub))
-        }),
-        None => TABLE.iter().any(|m| m.name == name),
-    }
-}
-
-/// The categories of the contract, plus Redis's `transaction`.
-pub const CATEGORIES: &[&str] = &[
-    "flock",
-    "fence",
-    "read",
-    "write",
-    "admin",
-    "pubsub",
-    "connection",
-    "dangerous",
-    "fast",
-    "slow",
-    "blocking",
-    "transaction",
-];
-
-/// Subcommands that are not admin although their command is (ACL WHOAMI and ACL CAT, FLOCK.CLUSTER
-/// NODES and HELP), and subcommands that are although theirs is not (CLIENT KILL).
-fn sub_is_admin(command: &str, sub: &str, command_is_admin: bool) -> bool {
-    match (command, sub) {
-        ("acl", "whoami" | "cat") => false,
-        ("flock.cluster", "nodes" | "help") => false,
-        ("client", "kill") => true,
-        _ => command_is_admin,
-    }
-}
-
-fn categories_of(meta: &Meta, sub: Option<&str>) -> Vec<&'static str> {
-    let admin = match sub {
-        Some(sub) => sub_is_admin(meta.name, sub, meta.flags.admin),
-        None => meta.flags.admin,
-    };
-    // The contract: what breaks or rewrites state is @admin and @dangerous and in no other
-    // category but @slow, so a service user written `+@flock` or `+@write` never gets it.
-    if admin {
-        return vec!["admin", "dangerous", "slow"];
-    }
-    let mut out = Vec::new();
-    match meta.group {
-        "flock" => out.push("flock"),
-        "fence" => out.push("fence"),
-        "transactions" => out.push("transaction"),
-        "pubsub" => out.push("pubsub"),
-        _ => {}
-    }
-    if matches!(
-        meta.name,
-        "ping" | "echo" | "hello" | "auth" | "client" | "select" | "quit" | "reset"
-    ) {
-        out.push("connection");
-    }
-    if meta.flags.write {
-        out.push("write");
-    } else if meta.keys.0 > 0 || meta.group == "generic" {
-        // Redis's generic keyspace commands read keys, SCAN without naming one.
-        out.push("read");
-    }
-    out.push(if meta.flags.fast { "fast" } else { "slow" });
-    if meta.flags.blocking {
-        out.push("blocking");
-    }
-    out
-}
-
-type Categories = Vec<&'static str>;
-
-struct Catalog {
-    /// Per TABLE index: the command's categories, and its subcommands' (`sub` without the
-    /// command's name).
-    commands: Vec<(Categories, Vec<(String, Categories)>)>,
-}
-
-fn catalog() -> &'static Catalog {
-    static CATALOG: OnceLock<Catalog> = OnceLock::new();
-    CATALOG.get_or_init(|| Catalog {
-        commands: TABLE
-            .iter()
-            .map(|meta| {
-                let subs = meta
-                    .subcommands
-                    .iter()
-                    .filter_map(|s| s.name.split('|').nth(1))
-                    .map(|sub| (sub.to_string(), categories_of(meta, Some(sub))))
-                    .collect();
-                (categories_of(meta, None), subs)
-            })
-            .collect(),
-    })
-}
-
-/// The commands in `category` (ACL CAT category), subcommands as `command|sub`.
-pub fn commands_in(category: &str) -> Vec<String> {
-    let catalog = catalog();
-    let mut out = Vec::new();
-    for (meta, (cats, subs)) in TABLE.iter().zip(&catalog.commands) {
-        if subs.is_empty() {
-            if cats.contains(&category) {
-                out.push(meta.name.to_string());
-            }
-            continue;
-        }
-        for (sub, sub_cats) in subs {
-            if sub_cats.contains(&category) {
-                out.push(format!("{}|{sub}", meta.name));
-            }
-        }
-    }
-    out
-}
-
-/// The admission step's check: `args` is the whole request (command name first). Commands
-/// allowed before AUTH are not subject to ACL rules (as in Redis).
-pub fn check(
-    state: &AclState,
-    conn: &mut ConnState,
-    index: usize,
-    args: &[Bytes],
-) -> Result<(), CommandError> {
-    let meta = &TABLE[index];
-    if meta.flags.no_auth {
-        return Ok(());
-    }
-    let generation = state.generation();
-    if conn.acl_generation != generation {
-        match state.user(&conn.user.name) {
-            Some(user) => conn.user = user,
-            // The user was deleted: its connections end, as in Redis.
-            None => return Err(CommandError::UserDeleted),
-        }
-        conn.acl_generation = generation;
-    }
-    let (cats, subs) = &catalog().commands[index];
-    let sub = (!subs.is_empty())
-        .then(|| {
-            args.get(1)
-                .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
-        })
-        .flatten()
-        .and_then(|sub| subs.iter().find(|(s, _)| *s == sub));
-    let (name, categories) = match sub {
-        Some((sub, sub_cats)) => (format!("{}|{sub}", meta.name), sub_cats.as_slice()),
-        None => (meta.name.to_string(), cats.as_slice()),
-    };
-    if !conn.user.can_run(CommandInfo {
-        name: &name,
-        categories,
-    }) {
-        state.deny(conn, Denial::Command, &name);
-        return Err(CommandError::NoPermCommand {
-            user: conn.user.name.clone(),
-            command: name,
-        });
-    }
-    let (first, last, step) = meta.keys;
-    if first > 0 {
-        let last = if last < 0 {
-            args.len() as i32 + last
-        } else {
-            last
-        };
-        let mut i = first;
-        while i <= last && (i as usize) < args.len() {
-            let key = &args[i as usize];
-            if !conn.user.can_access_key(key) {
-                state.deny(conn, Denial::Key, &String::from_utf8_lossy(key));
-                return Err(CommandError::NoPermKey);
-            }
-            i += step.max(1);
-        }
-    }
-    for i in meta.more_keys.map_or_else(Vec::new, |find| find(args)) {
-        if let Some(key) = args.get(i)
-            && !conn.user.can_access_key(key)
-        {
-            state.deny(conn, Denial::Key, &String::from_utf8_lossy(key));
-            return Err(CommandError::NoPermKey);
-        }
-    }
-    Ok(())
-}
-
-/// Whether `user` may run `command` (by its name in the command table, no subcommand), as the
-/// admission step would decide: the console asks it for the command each endpoint stands for.
-pub fn may_run(user: &User, command: &str) -> bool {
-    let Some(index) = TABLE.iter().position(|m| m.name == command) else {
-        return false;
-    };
-    let (categories, _) = &catalog().commands[index];
-    user.can_run(CommandInfo {
-        name: command,
-        categories,
-    })
-}
-
-/// The users at start: `aclfile` if set (a bad file stops the start), else only `default` with
-/// `requirepass`.
-pub fn load_users(config: &crate::config::Config) -> Result<Acl, flockd_acl::AclError> {
-    let requirepass = config.requirepass.as_deref();
-    match &config.aclfile {
-        None => Ok(Acl::new(requirepass)),
-        Some(path) => read_file(path, requirepass),
-    }
-}
-
-/// Reads an aclfile (ACL LOAD and the start).
-pub fn read_file(
-    path: &std::path::Path,
-    requirepass: Option<&str>,
-) -> Result<Acl, flockd_acl::AclError> {
-    let text = std::fs::read_to_string(path).map_err(|e| flockd_acl::AclError::Read {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    })?;
-    Acl::parse_file(&text, path, requirepass, &known)
 }

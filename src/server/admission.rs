@@ -75,7 +75,7 @@ pub fn admit(shared: &Shared, conn: &mut ConnState, request: Request) -> Admitte
         return refuse(CommandError::NoAuth);
     }
     if conn.authenticated
-        && let Err(e) = super::acl::check(&shared.acl, conn, index, &request.args)
+        && let Err(e) = crate::commands::permissions::check(&shared.acl, conn, index, &request.args)
     {
         stats::rejected(stat, &e);
         if e == CommandError::UserDeleted {
@@ -83,7 +83,11 @@ pub fn admit(shared: &Shared, conn: &mut ConnState, request: Request) -> Admitte
         }
         return refuse(e);
     }
-    let command = match commands::parse(index, request.args, shared.arg_limits()) {
+    let command = match commands::parse(
+        index,
+        request.args,
+        commands::ArgLimits::of(&shared.config.load()),
+    ) {
         Ok(command) => command,
         // As in Redis, a subcommand the command lacks is no call of it, not even a rejected one.
         Err(e @ CommandError::UnknownSubcommand { .. }) => {

@@ -46,11 +46,12 @@ impl ClientHandle {
     }
 
     /// One line of CLIENT LIST, in Redis's field order (fields flockd has no notion of are 0).
-    pub fn describe(&self) -> String {
+    /// `command_name` names a command by its table index (the table lives with the commands).
+    pub fn describe(&self, command_name: impl Fn(usize) -> &'static str) -> String {
         let names = self.names.lock().clone();
         let text = |b: &Option<Bytes>| {
             b.as_ref()
-                .map(|b| crate::commands::printable(b, 256))
+                .map(|b| flockd_proto::printable(b, 256))
                 .unwrap_or_default()
         };
         let age = self.created.elapsed().as_secs();
@@ -61,7 +62,7 @@ impl ClientHandle {
                 .min(age * 1000 + 999);
         let cmd = match self.last_command.load(Ordering::Relaxed) {
             0 => "NULL".to_string(),
-            n => crate::commands::TABLE[n - 1].name.to_string(),
+            n => command_name(n - 1).to_string(),
         };
         let flags = if self.blocked.load(Ordering::Relaxed) {
             "b"

@@ -18,6 +18,7 @@ use flockd_proto::{ProtocolError, ProtocolVersion, Reply, Request, RequestParser
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
+use super::accounting;
 use super::admission::{self, Admitted};
 use super::clients::ClientHandle;
 use super::context::{ConnState, Ctx, Outcome, Proposal};
@@ -318,7 +319,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// Admits and runs one request.
     async fn handle(&mut self, request: Request) -> std::io::Result<Next> {
         // For the slow log: parsing consumes the arguments.
-        let args = stats::SlowArgs::capture(&self.shared, &request.args);
+        let args = stats::SlowArgs::capture(&self.shared.config.load(), &request.args);
         let request_bytes: usize = request.args.iter().map(Bytes::len).sum();
         let (index, command) = match admission::admit(&self.shared, &mut self.conn, request) {
             Admitted::Command { index, command } => (index, command),
@@ -366,7 +367,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         let next = match command.execute(&mut ctx) {
             Execution::Local(result) => {
                 let slow = args.as_ref().map(|a| (a, &*self.conn.handle));
-                stats::account_call(&self.shared, index, started, slow);
+                accounting::account_call(&self.shared, index, started, slow);
                 match result {
                     Ok(Outcome::Reply(reply)) => self.push_ready(reply),
                     Ok(Outcome::ReplyAndClose(reply)) => {
@@ -897,7 +898,7 @@ fn reply_to(
     slow: Option<(&stats::SlowArgs, &ClientHandle)>,
 ) -> Reply {
     let stat = &shared.stats.commands[command];
-    stats::account_call(shared, command, started, slow);
+    accounting::account_call(shared, command, started, slow);
     outcome
         .and_then(reply)
         .unwrap_or_else(|e| Reply::error(stats::failed(stat, &e)))

@@ -7,6 +7,7 @@
 //! commands become ops), `propose` (the log: the AOF here), `host` (the state machine applies
 //! what the log committed, and routes its events to `waiters`).
 
+mod accounting;
 pub mod acl;
 mod admission;
 pub mod clients;
@@ -17,6 +18,7 @@ pub mod context;
 mod expiry;
 pub mod host;
 pub mod hot;
+pub mod live_config;
 pub mod metrics;
 pub mod monitor;
 pub mod propose;
@@ -61,7 +63,7 @@ pub struct Shared {
     /// Users and permissions.
     pub acl: acl::AclState,
     /// The running configuration (CONFIG SET changes it).
-    pub config: reconfigure::LiveConfig,
+    pub config: live_config::LiveConfig,
     /// The state machine: read by connections, applied to by the log.
     pub host: Arc<StateHost>,
     /// Where state changes are proposed.
@@ -133,7 +135,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         Some(settings) if config.cluster.is_some() => Some(flockd_tls::cluster_tls(&settings)?),
         _ => None,
     };
-    let users = acl::load_users(&config)?;
+    let users = crate::commands::permissions::load_users(&config)?;
     // Up before the AOF loads, so /readyz can answer 503 while it does.
     let metrics = Arc::new(metrics::DaemonMetrics::default());
     let console = Arc::new(console::Console::new(config.console));
@@ -193,7 +195,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     };
     let shared = Arc::new(Shared {
         acl: acl::AclState::new(users),
-        config: reconfigure::LiveConfig::new(config),
+        config: live_config::LiveConfig::new(config),
         host,
         log,
         aof,
@@ -201,7 +203,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         clock,
         clients: ClientRegistry::default(),
         monitors: monitor::Monitors::default(),
-        stats: ServerStats::default(),
+        stats: ServerStats::new(crate::commands::TABLE.len()),
         shutdown,
         stopping: CancellationToken::new(),
         draining: CancellationToken::new(),
@@ -228,7 +230,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     tokio::spawn(sentinel::announce_leader_changes(shared.clone()));
     let expiry = tokio::spawn(expiry::run(shared.clone()));
     tokio::spawn(reclaim_idle_names(shared.clone()));
-    tokio::spawn(stats::sample_memory(shared.clone()));
+    tokio::spawn(sample_memory(shared.clone()));
     tokio::spawn(stopping::stop_when_asked(shared.clone()));
     tokio::spawn(watch_signals(
         shared.stopping.clone(),
@@ -746,6 +748,18 @@ async fn reclaim_idle_names(shared: Arc<Shared>) {
                 break;
             }
         }
+    }
+}
+
+/// Keeps `used_memory_peak` honest between INFO calls: samples the memory once a second.
+pub async fn sample_memory(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shared.shutdown.cancelled() => return,
+        }
+        stats::memory(&shared.stats);
     }
 }
 

@@ -1,49 +1,14 @@
-//! The running configuration and CONFIG SET's effects. Commands read the configuration without
-//! a lock (one atomic load); a change builds the whole next configuration, checks it, makes the
+//! CONFIG SET's effects: a change builds the whole next configuration, checks it, makes the
 //! changes that need more than the new value (the AOF's fsync policy and rewrite thresholds, the
-//! log filter) and then publishes it, one change at a time.
+//! log filter, TLS, pub/sub, requirepass) and then publishes it, one change at a time.
 
 use std::sync::Arc;
 
-use arc_swap::{ArcSwap, Guard};
 use flockd_proto::Limits;
-use parking_lot::Mutex;
 
 use super::Shared;
-use crate::commands::ArgLimits;
-use crate::config::Config;
-use crate::config::change::ChangeError;
-use crate::logging::{self, LoggingError};
-
-pub struct LiveConfig {
-    current: ArcSwap<Config>,
-    /// Serializes changes, so two CONFIG SETs cannot each publish half of theirs.
-    changing: Mutex<()>,
-}
-
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ReconfigureError {
-    #[error(transparent)]
-    Change(#[from] ChangeError),
-    #[error("CONFIG SET failed (possibly related to argument 'log-level') - {0}")]
-    LogFilter(LoggingError),
-    #[error("CONFIG SET failed (possibly related to argument 'tls-cert-file') - {0}")]
-    Tls(flockd_tls::TlsError),
-}
-
-impl LiveConfig {
-    pub fn new(config: Config) -> LiveConfig {
-        LiveConfig {
-            current: ArcSwap::from_pointee(config),
-            changing: Mutex::new(()),
-        }
-    }
-
-    /// The configuration in force now (a later change does not alter what this returned).
-    pub fn load(&self) -> Guard<Arc<Config>> {
-        self.current.load()
-    }
-}
+use super::live_config::ReconfigureError;
+use crate::logging;
 
 impl Shared {
     /// The request parser's limits for authenticated clients.
@@ -53,16 +18,6 @@ impl Shared {
             max_bulk_len: config.proto_max_bulk_len,
             max_args: config.max_args,
             max_inline_len: config.max_inline_len,
-        }
-    }
-
-    /// The limits commands check their arguments against.
-    pub fn arg_limits(&self) -> ArgLimits {
-        let config = self.config.load();
-        ArgLimits {
-            max_name_bytes: config.max_name_bytes,
-            max_lease_ms: config.max_lease_ms,
-            max_wait_ms: config.max_wait_ms,
         }
     }
 }

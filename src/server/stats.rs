@@ -6,16 +6,14 @@
 //! latency monitor take their lock only for a call over their threshold.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::Shared;
 use super::clients::ClientHandle;
-use crate::commands::TABLE;
+use crate::config::Config;
 
 #[derive(Default)]
 pub struct CommandStat {
@@ -52,7 +50,7 @@ impl CommandStat {
 }
 
 /// A call that ran and failed: counted, and its error code kept. Returns the reply's text.
-pub fn failed(stat: &CommandStat, error: &crate::commands::CommandError) -> String {
+pub fn failed(stat: &CommandStat, error: &impl std::fmt::Display) -> String {
     let text = error.to_string();
     bump(&stat.failed, 1);
     stat.count_error(&text);
@@ -60,7 +58,7 @@ pub fn failed(stat: &CommandStat, error: &crate::commands::CommandError) -> Stri
 }
 
 /// A call refused before it ran (arity, syntax, auth, MISCONF).
-pub fn rejected(stat: &CommandStat, error: &crate::commands::CommandError) {
+pub fn rejected(stat: &CommandStat, error: &impl std::fmt::Display) {
     bump(&stat.rejected, 1);
     stat.count_error(&error.to_string());
 }
@@ -89,8 +87,9 @@ pub struct ServerStats {
     pub wait_timed_out: TimeHistogram,
 }
 
-impl Default for ServerStats {
-    fn default() -> Self {
+impl ServerStats {
+    /// Counters for a table of `commands` commands.
+    pub fn new(commands: usize) -> Self {
         ServerStats {
             connections_received: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
@@ -101,7 +100,7 @@ impl Default for ServerStats {
             unknown_commands: AtomicU64::new(0),
             unknown_subcommands: AtomicU64::new(0),
             names_forgotten: AtomicU64::new(0),
-            commands: TABLE.iter().map(|_| CommandStat::default()).collect(),
+            commands: (0..commands).map(|_| CommandStat::default()).collect(),
             slowlog: SlowLog::default(),
             latency: LatencyMonitor::default(),
             memory_peak: AtomicU64::new(0),
@@ -133,45 +132,10 @@ pub fn account(stats: &ServerStats, index: usize, usec: u64) {
     stat.histogram.record(usec);
 }
 
-/// One call that ran from `started` until now: commandstats, histogram, the latency monitor
-/// (event `fast-command` or `command`, as Redis) and, given its arguments, the slow log.
-pub fn account_call(
-    shared: &Shared,
-    index: usize,
-    started: Instant,
-    slow: Option<(&SlowArgs, &ClientHandle)>,
-) {
-    let usec = started.elapsed().as_micros() as u64;
-    account(&shared.stats, index, usec);
-    let config = shared.config.load();
-    let event = if TABLE[index].flags.fast {
-        "fast-command"
-    } else {
-        "command"
-    };
-    shared
-        .stats
-        .latency
-        .add_if_needed(config.latency_monitor_threshold, event, usec / 1000);
-    // EXEC is not logged (as in Redis): the commands it ran are.
-    if let Some((args, client)) = slow
-        && TABLE[index].name != "exec"
-    {
-        shared.stats.slowlog.record(
-            config.slowlog_log_slower_than,
-            config.slowlog_max_len,
-            usec,
-            args,
-            client,
-        );
-    }
-}
-
-/// CONFIG RESETSTAT: what Redis resets. INFO stats' counters, commandstats and the latency
-/// histograms, and the lock table's event counters (its gauges stay: they are state). The slow
+/// CONFIG RESETSTAT: what Redis resets of the server's counters. INFO stats' counters,
+/// commandstats and the latency histograms (the lock table's event counters are the machine's). The slow
 /// log, the latency monitor and the memory peak are kept, as Redis keeps them.
-pub fn reset(shared: &Shared) {
-    let s = &shared.stats;
+pub fn reset(s: &ServerStats) {
     for counter in [
         &s.connections_received,
         &s.rejected_connections,
@@ -192,7 +156,6 @@ pub fn reset(shared: &Shared) {
         stat.histogram.reset();
         stat.errors.lock().clear();
     }
-    shared.host.index().reset_stats();
 }
 
 // ----------------------------------------------------------------------------- histograms
@@ -310,8 +273,8 @@ pub struct SlowArgs {
 
 impl SlowArgs {
     /// `None` when the slow log is off (nothing is copied then).
-    pub fn capture(shared: &Shared, argv: &[Bytes]) -> Option<SlowArgs> {
-        (shared.config.load().slowlog_log_slower_than >= 0).then(|| SlowArgs {
+    pub fn capture(config: &Config, argv: &[Bytes]) -> Option<SlowArgs> {
+        (config.slowlog_log_slower_than >= 0).then(|| SlowArgs {
             head: argv[..argv.len().min(SLOWLOG_MAX_ARGC)].to_vec(),
             argc: argv.len(),
         })
@@ -579,18 +542,6 @@ pub fn memory(stats: &ServerStats) -> Memory {
     }
 }
 
-/// Keeps `used_memory_peak` honest between INFO calls: samples the memory once a second.
-pub async fn sample_memory(shared: Arc<Shared>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shared.shutdown.cancelled() => return,
-        }
-        memory(&shared.stats);
-    }
-}
-
 /// jemalloc's count of the bytes the program holds (`stats.allocated`), after moving its
 /// statistics epoch on (they are cached per epoch). Both are reads of per-arena counters, not a
 /// walk of the heap, and take no lock an allocating thread waits on for long.
@@ -777,7 +728,7 @@ mod tests {
 
     #[test]
     fn memory_is_measured() {
-        let stats = ServerStats::default();
+        let stats = ServerStats::new(1);
         let m = memory(&stats);
         assert!(m.used > 0 && m.rss > 0 && m.total_system > 0);
         assert!(m.peak >= m.used);

@@ -46,3 +46,11 @@ mod reply;
 pub use error::ProtocolError;
 pub use parser::{Limits, Request, RequestParser, parse_int};
 pub use reply::{ProtocolVersion, Reply, encode};
+
+/// A lossy, single-line, bounded rendering of client bytes for error texts and client lists.
+pub fn printable(bytes: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(max)]);
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}

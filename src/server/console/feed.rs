@@ -162,7 +162,7 @@ fn still_allowed(
             if fresh.enabled
                 && fresh.can_access_key(name)
                 && fresh.can_access_channel(channel)
-                && crate::server::acl::may_run(&fresh, "subscribe") =>
+                && crate::commands::permissions::may_run(&fresh, "subscribe") =>
         {
             *user = fresh;
             true

@@ -243,7 +243,7 @@ fn basic_credentials(header: &[u8]) -> Option<(String, Vec<u8>)> {
 }
 
 fn allowed(user: &User, command: &'static str) -> Result<(), ConsoleError> {
-    match super::acl::may_run(user, command) {
+    match crate::commands::permissions::may_run(user, command) {
         true => Ok(()),
         false => Err(ConsoleError::NoPermCommand {
             user: user.name.clone(),

@@ -1,0 +1,43 @@
+//! The bookkeeping of one command call that the server does around it: commandstats, the
+//! latency monitor and the slow log, each judged by the command's place in the command table.
+
+use std::time::Instant;
+
+use super::Shared;
+use super::clients::ClientHandle;
+use super::stats::{self, SlowArgs};
+use crate::commands::TABLE;
+
+/// One call that ran from `started` until now: commandstats, histogram, the latency monitor
+/// (event `fast-command` or `command`, as Redis) and, given its arguments, the slow log.
+pub fn account_call(
+    shared: &Shared,
+    index: usize,
+    started: Instant,
+    slow: Option<(&SlowArgs, &ClientHandle)>,
+) {
+    let usec = started.elapsed().as_micros() as u64;
+    stats::account(&shared.stats, index, usec);
+    let config = shared.config.load();
+    let event = if TABLE[index].flags.fast {
+        "fast-command"
+    } else {
+        "command"
+    };
+    shared
+        .stats
+        .latency
+        .add_if_needed(config.latency_monitor_threshold, event, usec / 1000);
+    // EXEC is not logged (as in Redis): the commands it ran are.
+    if let Some((args, client)) = slow
+        && TABLE[index].name != "exec"
+    {
+        shared.stats.slowlog.record(
+            config.slowlog_log_slower_than,
+            config.slowlog_max_len,
+            usec,
+            args,
+            client,
+        );
+    }
+}

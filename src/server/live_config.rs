@@ -1,0 +1,41 @@
+//! The running configuration: commands read it without a lock (one atomic load); CONFIG SET
+//! (`super::reconfigure`) publishes a whole new one, one change at a time.
+
+use std::sync::Arc;
+
+use arc_swap::{ArcSwap, Guard};
+use parking_lot::Mutex;
+
+use crate::config::Config;
+use crate::config::change::ChangeError;
+use crate::logging::LoggingError;
+
+pub struct LiveConfig {
+    pub(super) current: ArcSwap<Config>,
+    /// Serializes changes, so two CONFIG SETs cannot each publish half of theirs.
+    pub(super) changing: Mutex<()>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReconfigureError {
+    #[error(transparent)]
+    Change(#[from] ChangeError),
+    #[error("CONFIG SET failed (possibly related to argument 'log-level') - {0}")]
+    LogFilter(LoggingError),
+    #[error("CONFIG SET failed (possibly related to argument 'tls-cert-file') - {0}")]
+    Tls(flockd_tls::TlsError),
+}
+
+impl LiveConfig {
+    pub fn new(config: Config) -> LiveConfig {
+        LiveConfig {
+            current: ArcSwap::from_pointee(config),
+            changing: Mutex::new(()),
+        }
+    }
+
+    /// The configuration in force now (a later change does not alter what this returned).
+    pub fn load(&self) -> Guard<Arc<Config>> {
+        self.current.load()
+    }
+}
