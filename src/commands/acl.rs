@@ -165,7 +165,7 @@ const HELP: &[&str] = &[
 
 impl LocalCommand for AclCmd {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let state = &ctx.shared.acl;
+        let state = ctx.services.acl();
         match self {
             AclCmd::SetUser(name, rules) => {
                 state.change(|a| a.set_user(&name, &rules, &permissions::known))?;
@@ -263,7 +263,7 @@ impl LocalCommand for AclCmd {
                 reply(Reply::ok())
             }
             AclCmd::Load => {
-                let config = ctx.shared.config.load();
+                let config = ctx.services.config().load();
                 let path = config.aclfile.clone().ok_or(CommandError::NoAclFile)?;
                 let users = tokio::task::block_in_place(|| {
                     permissions::read_file(&path, config.requirepass.as_deref())
@@ -275,8 +275,8 @@ impl LocalCommand for AclCmd {
             }
             AclCmd::Save => {
                 let path = ctx
-                    .shared
-                    .config
+                    .services
+                    .config()
                     .load()
                     .aclfile
                     .clone()

@@ -46,8 +46,8 @@ impl LocalCommand for Auth {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         if self.username.is_none()
             && ctx
-                .shared
-                .acl
+                .services
+                .acl()
                 .user("default")
                 .is_some_and(|u| u.nopass && u.enabled)
         {
@@ -65,12 +65,12 @@ pub fn check_credentials(
     password: &[u8],
 ) -> Result<(), CommandError> {
     let name = String::from_utf8_lossy(username.unwrap_or(b"default")).into_owned();
-    let user = ctx.shared.acl.read().authenticate(&name, password);
+    let user = ctx.services.acl().read().authenticate(&name, password);
     match user {
         Some(user) => {
             ctx.conn.handle.names.lock().user = Some(bytes::Bytes::from(user.name.clone()));
             ctx.conn.user = user;
-            ctx.conn.acl_generation = ctx.shared.acl.generation();
+            ctx.conn.acl_generation = ctx.services.acl().generation();
             ctx.conn.authenticated = true;
             Ok(())
         }
@@ -83,7 +83,7 @@ pub fn check_credentials(
                 "AUTH failed"
             );
             super::permissions::record(
-                &ctx.shared.acl,
+                ctx.services.acl(),
                 ctx.conn,
                 &name,
                 flockd_acl::Denial::Auth,

@@ -32,7 +32,7 @@ impl CommandDef for BgRewriteAof {
 
 impl LocalCommand for BgRewriteAof {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let Some(aof) = &ctx.shared.aof else {
+        let Some(aof) = ctx.services.aof() else {
             return Err(CommandError::Rewrite(
                 "a cluster node has no AOF: its Raft log is compacted by snapshots".into(),
             ));

@@ -263,7 +263,7 @@ impl LocalCommand for Client {
             )))),
             Client::List { ids } => {
                 let mut text = String::new();
-                for client in ctx.shared.clients.all() {
+                for client in ctx.services.clients().all() {
                     if ids.as_ref().is_none_or(|ids| ids.contains(&client.id)) {
                         text.push_str(&client.describe(super::command_name));
                         text.push('\n');
@@ -336,7 +336,7 @@ fn parse_kill(args: &mut Args) -> Result<KillFilter, CommandError> {
 fn kill(ctx: &mut Ctx<'_>, filter: KillFilter) -> CommandResult {
     let me = ctx.conn.handle.id;
     let mut killed = 0;
-    for client in ctx.shared.clients.all() {
+    for client in ctx.services.clients().all() {
         let matches = filter.id.is_none_or(|id| id == client.id)
             && filter
                 .addr

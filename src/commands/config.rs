@@ -12,7 +12,6 @@ use flockd_acl::glob_match;
 use crate::config::rewrite;
 use crate::server::context::{CommandResult, Ctx, reply};
 use crate::server::live_config::ReconfigureError;
-use crate::server::reconfigure;
 
 /// A CONFIG SET pair as text. A key that is not UTF-8 is unknown anyway; a value that is not is
 /// refused rather than changed by a lossy decoding (a password would silently differ).
@@ -115,18 +114,18 @@ impl LocalCommand for ConfigCmd {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         match self {
             ConfigCmd::Get(patterns) => {
-                let mut entries = ctx.shared.config.load().entries();
+                let mut entries = ctx.services.config().load().entries();
                 // `--port 0` picks a free port: report the one actually listened on.
                 for (key, value) in entries.iter_mut() {
                     if *key == "port" {
-                        *value = ctx.shared.local_addr.port().to_string();
+                        *value = ctx.services.local_addr().port().to_string();
                     }
                     // The contract: passwords never appear in CONFIG GET (ACL LIST shows digests).
                     if *key == "requirepass" && !value.is_empty() {
                         *value = "(redacted)".to_string();
                     }
                     if *key == "tls-port"
-                        && let Some(addr) = ctx.shared.tls_addr
+                        && let Some(addr) = ctx.services.tls_addr()
                     {
                         *value = addr.port().to_string();
                     }
@@ -144,11 +143,11 @@ impl LocalCommand for ConfigCmd {
             }
             ConfigCmd::Set(changes) => {
                 // Blocking at most for one fsync (a switch to `always` syncs what came before).
-                tokio::task::block_in_place(|| reconfigure::change(ctx.shared, &changes))?;
+                tokio::task::block_in_place(|| ctx.services.reconfigure(&changes))?;
                 reply(Reply::ok())
             }
             ConfigCmd::Rewrite => {
-                let config = std::sync::Arc::clone(&ctx.shared.config.load());
+                let config = std::sync::Arc::clone(&ctx.services.config().load());
                 tokio::task::block_in_place(|| rewrite::rewrite(&config))?;
                 tracing::info!("CONFIG REWRITE executed with success");
                 reply(Reply::ok())
@@ -156,8 +155,7 @@ impl LocalCommand for ConfigCmd {
             // What Redis resets: INFO stats, commandstats, latency histograms and the lock
             // table's event counters; not the slow log or the latency monitor.
             ConfigCmd::ResetStat => {
-                crate::server::stats::reset(&ctx.shared.stats);
-                ctx.shared.host.index().reset_stats();
+                ctx.services.reset_stats();
                 reply(Reply::ok())
             }
             ConfigCmd::Help => reply(Reply::Array(vec![

@@ -137,7 +137,7 @@ impl LocalCommand for FlockCluster {
                 HELP.iter().map(|l| Reply::Simple((*l).into())).collect(),
             ));
         }
-        let Some(cluster) = ctx.shared.cluster.clone() else {
+        let Some(cluster) = ctx.services.cluster().cloned() else {
             return Err(CommandError::Cluster(
                 "this flockd is a single node: start it with node-id and cluster-peers".into(),
             ));

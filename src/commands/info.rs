@@ -7,8 +7,7 @@ use std::fmt::Write;
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, TABLE};
-use crate::server::Shared;
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, Services, TABLE};
 use crate::server::context::{CommandResult, Ctx, reply};
 use crate::server::stats::{self, human_bytes, read};
 
@@ -109,13 +108,13 @@ impl LocalCommand for Info {
             if !text.is_empty() {
                 text.push_str("\r\n");
             }
-            render(ctx.shared, section, &mut text);
+            render(ctx.services, section, &mut text);
         }
         reply(Reply::Verbatim(Bytes::from(text)))
     }
 }
 
-fn render(shared: &Shared, section: &str, out: &mut String) {
+fn render(services: &dyn Services, section: &str, out: &mut String) {
     // A name starting with '#' is a section header line.
     let mut field = |name: &str, value: &dyn std::fmt::Display| {
         let _ = if name.starts_with('#') {
@@ -133,11 +132,11 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
             field("os", &std::env::consts::OS);
             field("arch_bits", &(usize::BITS));
             field("process_id", &std::process::id());
-            field("tcp_port", &shared.local_addr.port());
-            field("uptime_in_seconds", &shared.started.elapsed().as_secs());
+            field("tcp_port", &services.local_addr().port());
+            field("uptime_in_seconds", &services.started().elapsed().as_secs());
             field(
                 "uptime_in_days",
-                &(shared.started.elapsed().as_secs() / 86_400),
+                &(services.started().elapsed().as_secs() / 86_400),
             );
             field(
                 "executable",
@@ -146,7 +145,7 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
                     .unwrap_or_default(),
             );
             // As in Redis: the absolute path CONFIG REWRITE writes, empty without a file.
-            let config_file = shared.config.load().config_file.as_ref().map(|p| {
+            let config_file = services.config().load().config_file.as_ref().map(|p| {
                 std::fs::canonicalize(p)
                     .unwrap_or_else(|_| p.clone())
                     .display()
@@ -156,14 +155,14 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
         }
         "clients" => {
             field("# Clients", &"");
-            field("connected_clients", &shared.clients.connected());
-            field("maxclients", &shared.config.load().maxclients);
-            field("blocked_clients", &shared.clients.blocked());
+            field("connected_clients", &services.clients().connected());
+            field("maxclients", &services.config().load().maxclients);
+            field("blocked_clients", &services.clients().blocked());
         }
         "memory" => {
-            let m = stats::memory(&shared.stats);
+            let m = stats::memory(services.stats());
             let (l, f) = {
-                let machine = shared.host.read();
+                let machine = services.host().read();
                 (machine.lock_stats(), machine.fence_stats())
             };
             let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
@@ -193,7 +192,7 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
             field("flock_table_bytes_human", &human_bytes(table));
         }
         "stats" => {
-            let s = &shared.stats;
+            let s = services.stats();
             field("# Stats", &"");
             field("total_connections_received", &read(&s.connections_received));
             field("total_commands_processed", &read(&s.commands_processed));
@@ -215,7 +214,7 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
             field("unknown_commands", &read(&s.unknown_commands));
             field("protocol_errors", &read(&s.protocol_errors));
         }
-        "persistence" if shared.aof.is_none() => {
+        "persistence" if services.aof().is_none() => {
             // A cluster node keeps its state in the Raft log and its snapshots.
             field("# Persistence", &"");
             field("loading", &0);
@@ -224,7 +223,7 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
             field("raft_log_fsync", &"always");
         }
         "persistence" => {
-            let Some(aof) = shared.aof.as_ref() else {
+            let Some(aof) = services.aof() else {
                 return;
             };
             let a = aof.stats();
@@ -259,18 +258,18 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
                 &a.last_fsync_unix_ms.map_or(-1, |ms| ms as i64),
             );
             field("aof_batches", &a.batches);
-            field("aof_loaded_records", &shared.replayed.records);
-            field("aof_load_time_ms", &shared.replayed.elapsed.as_millis());
+            field("aof_loaded_records", &services.replayed().records);
+            field("aof_load_time_ms", &services.replayed().elapsed.as_millis());
         }
         "digest" => {
             field("# Digest", &"");
             // Equal on every node that applied the same log: the fault harness compares it
             // across nodes after healing.
-            field("raft_state_digest", &shared.host.read().digest());
+            field("raft_state_digest", &services.host().read().digest());
         }
         "replication" => {
             field("# Replication", &"");
-            match &shared.cluster {
+            match services.cluster() {
                 None => {
                     field("role", &"master");
                     field("connected_slaves", &0);
@@ -311,7 +310,7 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
         }
         "locks" => {
             let (l, f, floor) = {
-                let machine = shared.host.read();
+                let machine = services.host().read();
                 (
                     machine.lock_stats(),
                     machine.fence_stats(),
@@ -328,8 +327,8 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
             field("expirations", &l.expirations);
             field("force_releases", &l.force_releases);
             field("notowner_rejections", &l.notowner_rejections);
-            field("max_idle_names", &shared.config.load().max_idle_names);
-            field("names_forgotten", &read(&shared.stats.names_forgotten));
+            field("max_idle_names", &services.config().load().max_idle_names);
+            field("names_forgotten", &read(&services.stats().names_forgotten));
             field("token_floor", &floor);
             field("fence_keys", &f.keys);
             field("fence_writes_accepted", &f.accepted);
@@ -337,7 +336,7 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
         }
         "commandstats" => {
             field("# Commandstats", &"");
-            for (meta, stat) in TABLE.iter().zip(&shared.stats.commands) {
+            for (meta, stat) in TABLE.iter().zip(&services.stats().commands) {
                 let calls = read(&stat.calls);
                 let (rejected, failed) = (read(&stat.rejected), read(&stat.failed));
                 if calls + rejected == 0 {
@@ -360,7 +359,7 @@ fn render(shared: &Shared, section: &str, out: &mut String) {
         "keyspace" => {
             field("# Keyspace", &"");
             // Lock names are the keys (DBSIZE); held ones have a lease, Redis's `expires`.
-            let l = shared.host.read().lock_stats();
+            let l = services.host().read().lock_stats();
             if l.names > 0 {
                 field(
                     "db0",

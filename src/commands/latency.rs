@@ -152,7 +152,7 @@ impl CommandDef for LatencyCmd {
 
 impl LocalCommand for LatencyCmd {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let stats = &ctx.shared.stats;
+        let stats = ctx.services.stats();
         match self {
             LatencyCmd::Latest => reply(Reply::Array(
                 stats
@@ -222,7 +222,7 @@ impl LocalCommand for LatencyCmd {
                 reply(Reply::Map(map))
             }
             LatencyCmd::Doctor => reply(Reply::Verbatim(Bytes::from(doctor(
-                ctx.shared.config.load().latency_monitor_threshold,
+                ctx.services.config().load().latency_monitor_threshold,
                 &stats.latency.events(),
             )))),
             LatencyCmd::Help => reply(Reply::Array(

@@ -12,7 +12,7 @@
 
 mod args;
 mod docs;
-mod error;
+pub mod error;
 mod meta;
 
 pub use args::{ArgLimits, Args};
@@ -50,6 +50,8 @@ mod latency;
 mod monitor;
 pub mod multi;
 pub mod permissions;
+pub mod services;
+pub use services::Services;
 mod ping;
 mod pubsub;
 mod quit;
@@ -115,7 +117,7 @@ macro_rules! dispatch {
         Execution::Local(LocalCommand::run($cmd, $ctx))
     };
     (read, $cmd:expr, $ctx:expr, $ty:ty) => {
-        Execution::Local(match $ctx.shared.log.read_point() {
+        Execution::Local(match $ctx.services.read_point() {
             None => read_now($cmd, $ctx),
             Some(point) => read_at(point, $cmd, $ctx),
         })
@@ -157,7 +159,7 @@ fn read_now<T: StateCommand>(cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
 /// clock at that point. So it is linearizable on any node without an entry in the log.
 fn read_at<T: StateCommand>(point: ReadPoint, cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
     let read = read_of(cmd)?;
-    let host = ctx.shared.host.clone();
+    let host = ctx.services.host().clone();
     Ok(Outcome::Await(Box::pin(async move {
         let replied = match point.await {
             Ok(at) => {

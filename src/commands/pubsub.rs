@@ -71,7 +71,7 @@ impl CommandDef for PubsubCmd {
 
 impl LocalCommand for PubsubCmd {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let pubsub = &ctx.shared.host.pubsub;
+        let pubsub = &ctx.services.host().pubsub;
         match self {
             PubsubCmd::Channels(pattern) => reply(Reply::Array(
                 pubsub

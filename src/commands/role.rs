@@ -33,14 +33,14 @@ impl CommandDef for Role {
 
 impl LocalCommand for Role {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        if ctx.conn.on_sentinel_port(ctx.shared) {
-            let name = ctx.shared.config.load().sentinel_master_name.clone();
+        if ctx.conn.on_sentinel_port(ctx.services) {
+            let name = ctx.services.config().load().sentinel_master_name.clone();
             return reply(Reply::Array(vec![
                 Reply::bulk("sentinel"),
                 Reply::Array(vec![Reply::bulk(name)]),
             ]));
         }
-        let Some(cluster) = &ctx.shared.cluster else {
+        let Some(cluster) = ctx.services.cluster() else {
             let offset = ctx.machine().position() as i64;
             return reply(Reply::Array(vec![
                 Reply::bulk("master"),

@@ -170,12 +170,12 @@ struct Picture {
 }
 
 fn picture(ctx: &Ctx<'_>) -> Picture {
-    let config = ctx.shared.config.load();
-    let Some(cluster) = &ctx.shared.cluster else {
+    let config = ctx.services.config().load();
+    let Some(cluster) = ctx.services.cluster() else {
         let me = Node {
             id: 1,
-            host: ctx.shared.local_addr.ip().to_string(),
-            port: ctx.shared.local_addr.port(),
+            host: ctx.services.local_addr().ip().to_string(),
+            port: ctx.services.local_addr().port(),
         };
         return Picture {
             leader: Some(me.clone()),
@@ -196,8 +196,8 @@ fn picture(ctx: &Ctx<'_>) -> Picture {
     };
     let me = view.member(view.node_id).map(node).unwrap_or(Node {
         id: view.node_id,
-        host: ctx.shared.local_addr.ip().to_string(),
-        port: ctx.shared.local_addr.port(),
+        host: ctx.services.local_addr().ip().to_string(),
+        port: ctx.services.local_addr().port(),
     });
     let cluster_config = config.cluster.as_ref();
     Picture {
@@ -340,7 +340,7 @@ fn no_such_master() -> CommandResult {
 
 impl LocalCommand for Sentinel {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let name = ctx.shared.config.load().sentinel_master_name.clone();
+        let name = ctx.services.config().load().sentinel_master_name.clone();
         let known = |asked: &[u8]| asked == name.as_bytes();
         match self {
             Sentinel::Help => reply(Reply::Array(

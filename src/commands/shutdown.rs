@@ -47,7 +47,7 @@ impl LocalCommand for Shutdown {
             client = ctx.conn.handle.id,
             "SHUTDOWN requested by a client"
         );
-        ctx.shared.stopping.cancel();
+        ctx.services.stop();
         Ok(Outcome::Close)
     }
 }

@@ -45,7 +45,7 @@ fn subscribe(ctx: &mut Ctx<'_>, pattern: bool, channels: Vec<Bytes>) -> CommandR
         };
         if !allowed {
             super::permissions::deny(
-                &ctx.shared.acl,
+                ctx.services.acl(),
                 ctx.conn,
                 Denial::Channel,
                 &String::from_utf8_lossy(channel),
@@ -73,8 +73,8 @@ fn subscribe(ctx: &mut Ctx<'_>, pattern: bool, channels: Vec<Bytes>) -> CommandR
             &mut subs.channels
         };
         if set.insert(channel.clone()) {
-            ctx.shared
-                .host
+            ctx.services
+                .host()
                 .pubsub
                 .subscribe(pattern, channel.clone(), id, &mailbox);
         }

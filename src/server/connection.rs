@@ -360,7 +360,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         let started = Instant::now();
         let now = self.shared.log.now();
         let mut ctx = Ctx {
-            shared: &self.shared,
+            services: &*self.shared,
             conn: &mut self.conn,
             now,
         };
@@ -525,7 +525,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         }
                         if name == b"reset" {
                             let mut ctx = Ctx {
-                                shared: &self.shared,
+                                services: &*self.shared,
                                 conn: &mut self.conn,
                                 now: shared.log.now(),
                             };
@@ -647,7 +647,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     let stat = &self.shared.stats.commands[index];
                     stats::account(&self.shared.stats, index, 0);
                     let mut ctx = Ctx {
-                        shared: &self.shared,
+                        services: &*self.shared,
                         conn: &mut self.conn,
                         now: self.shared.log.now(),
                     };

@@ -9,11 +9,11 @@ use flockd_core::{Millis, Op, OpResult, StateMachine};
 use flockd_proto::{ProtocolVersion, Reply};
 use parking_lot::RwLockReadGuard;
 
-use super::Shared;
 use super::clients::ClientHandle;
 use super::pubsub::{Delivery, Mailbox};
-use crate::commands::CommandError;
+use crate::commands::error::CommandError;
 use crate::commands::multi::Transaction;
+use crate::commands::services::Services;
 
 /// Per-connection state that commands read and change.
 pub struct ConnState {
@@ -33,9 +33,9 @@ pub struct ConnState {
 
 impl ConnState {
     /// Whether this connection came in on the sentinel port, where the node is a Sentinel.
-    pub fn on_sentinel_port(&self, shared: &Shared) -> bool {
-        shared
-            .sentinel_addr
+    pub fn on_sentinel_port(&self, services: &dyn Services) -> bool {
+        services
+            .sentinel_addr()
             .is_some_and(|a| a.port() == self.handle.laddr.port())
     }
 
@@ -78,7 +78,8 @@ impl Subscriptions {
 }
 
 pub struct Ctx<'a> {
-    pub shared: &'a Shared,
+    /// What the command may use of the server.
+    pub services: &'a dyn Services,
     pub conn: &'a mut ConnState,
     /// Log time now: what reads compare leases against.
     pub now: Millis,
@@ -87,7 +88,7 @@ pub struct Ctx<'a> {
 impl Ctx<'_> {
     /// The applied state, for read commands.
     pub fn machine(&self) -> RwLockReadGuard<'_, StateMachine> {
-        self.shared.host.read()
+        self.services.host().read()
     }
 }
 

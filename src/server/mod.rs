@@ -25,6 +25,8 @@ pub mod propose;
 pub mod pubsub;
 pub mod reconfigure;
 mod sentinel;
+mod services;
+mod shared;
 pub mod stats;
 mod stopping;
 mod waiters;
@@ -50,6 +52,8 @@ use propose::{LocalLog, Propose, commit};
 
 use stats::ServerStats;
 
+pub use shared::Shared;
+
 /// Redis's input limits for clients that have not authenticated yet.
 pub const PREAUTH_LIMITS: Limits = Limits {
     max_bulk_len: 16 * 1024,
@@ -57,41 +61,6 @@ pub const PREAUTH_LIMITS: Limits = Limits {
     max_inline_len: 16 * 1024,
 };
 pub const PREAUTH_QUERY_BUFFER: usize = 1024 * 1024;
-
-/// Everything connections share.
-pub struct Shared {
-    /// Users and permissions.
-    pub acl: acl::AclState,
-    /// The running configuration (CONFIG SET changes it).
-    pub config: live_config::LiveConfig,
-    /// The state machine: read by connections, applied to by the log.
-    pub host: Arc<StateHost>,
-    /// Where state changes are proposed.
-    pub log: Arc<dyn Propose>,
-    /// The file behind the local log (rewrites, INFO persistence); `None` on a cluster node.
-    pub aof: Option<Arc<Aof>>,
-    /// The Raft node, in cluster mode.
-    pub cluster: Option<Arc<flockd_raft::Cluster>>,
-    pub clock: Arc<Clock>,
-    pub clients: ClientRegistry,
-    pub monitors: monitor::Monitors,
-    pub stats: ServerStats,
-    pub shutdown: CancellationToken,
-    /// A stop was asked for (a signal, SHUTDOWN): `stopping::stop_when_asked` hands a leader's
-    /// office over, then cancels `shutdown`.
-    pub stopping: CancellationToken,
-    /// Set once a stopping leader has handed its office over: connections between commands are
-    /// closed, the port still accepts, until none is left or the drain's time is up.
-    pub draining: CancellationToken,
-    pub started: Instant,
-    pub local_addr: SocketAddr,
-    /// Where this node answers as a Sentinel (`sentinel-port`).
-    pub sentinel_addr: Option<SocketAddr>,
-    /// The TLS port's acceptor (reloaded by SIGHUP and CONFIG SET tls-*) and address.
-    pub tls: Option<Arc<flockd_tls::Acceptor>>,
-    pub tls_addr: Option<SocketAddr>,
-    pub replayed: flockd_aof::ReplayReport,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {

@@ -1,0 +1,84 @@
+//! The server as the commands see it: [`Services`] answered from the server's wiring.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use flockd_aof::{Aof, ReplayReport};
+use flockd_raft::Cluster;
+
+use super::acl::AclState;
+use super::clients::ClientRegistry;
+use super::host::StateHost;
+use super::live_config::{LiveConfig, ReconfigureError};
+use super::propose::ReadPoint;
+use super::shared::Shared;
+use super::stats::{self, ServerStats};
+use crate::commands::Services;
+
+impl Services for Shared {
+    fn config(&self) -> &LiveConfig {
+        &self.config
+    }
+
+    fn reconfigure(&self, changes: &[(String, String)]) -> Result<(), ReconfigureError> {
+        super::reconfigure::change(self, changes)
+    }
+
+    fn reset_stats(&self) {
+        stats::reset(&self.stats);
+        self.host.index().reset_stats();
+    }
+
+    fn host(&self) -> &Arc<StateHost> {
+        &self.host
+    }
+
+    fn read_point(&self) -> Option<ReadPoint> {
+        self.log.read_point()
+    }
+
+    fn acl(&self) -> &AclState {
+        &self.acl
+    }
+
+    fn stats(&self) -> &ServerStats {
+        &self.stats
+    }
+
+    fn clients(&self) -> &ClientRegistry {
+        &self.clients
+    }
+
+    fn aof(&self) -> Option<&Arc<Aof>> {
+        self.aof.as_ref()
+    }
+
+    fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.as_ref()
+    }
+
+    fn replayed(&self) -> &ReplayReport {
+        &self.replayed
+    }
+
+    fn started(&self) -> Instant {
+        self.started
+    }
+
+    fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
+    }
+
+    fn sentinel_addr(&self) -> Option<SocketAddr> {
+        self.sentinel_addr
+    }
+
+    fn stop(&self) {
+        self.stopping.cancel();
+    }
+}

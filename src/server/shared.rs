@@ -1,0 +1,52 @@
+//! Everything connections share: the server's wiring, built once at start.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use flockd_aof::Aof;
+use tokio_util::sync::CancellationToken;
+
+use super::acl::AclState;
+use super::clients::ClientRegistry;
+use super::clock::Clock;
+use super::host::StateHost;
+use super::live_config::LiveConfig;
+use super::monitor::Monitors;
+use super::propose::Propose;
+use super::stats::ServerStats;
+
+/// Everything connections share.
+pub struct Shared {
+    /// Users and permissions.
+    pub acl: AclState,
+    /// The running configuration (CONFIG SET changes it).
+    pub config: LiveConfig,
+    /// The state machine: read by connections, applied to by the log.
+    pub host: Arc<StateHost>,
+    /// Where state changes are proposed.
+    pub log: Arc<dyn Propose>,
+    /// The file behind the local log (rewrites, INFO persistence); `None` on a cluster node.
+    pub aof: Option<Arc<Aof>>,
+    /// The Raft node, in cluster mode.
+    pub cluster: Option<Arc<flockd_raft::Cluster>>,
+    pub clock: Arc<Clock>,
+    pub clients: ClientRegistry,
+    pub monitors: Monitors,
+    pub stats: ServerStats,
+    pub shutdown: CancellationToken,
+    /// A stop was asked for (a signal, SHUTDOWN): `stopping::stop_when_asked` hands a leader's
+    /// office over, then cancels `shutdown`.
+    pub stopping: CancellationToken,
+    /// Set once a stopping leader has handed its office over: connections between commands are
+    /// closed, the port still accepts, until none is left or the drain's time is up.
+    pub draining: CancellationToken,
+    pub started: Instant,
+    pub local_addr: SocketAddr,
+    /// Where this node answers as a Sentinel (`sentinel-port`).
+    pub sentinel_addr: Option<SocketAddr>,
+    /// The TLS port's acceptor (reloaded by SIGHUP and CONFIG SET tls-*) and address.
+    pub tls: Option<Arc<flockd_tls::Acceptor>>,
+    pub tls_addr: Option<SocketAddr>,
+    pub replayed: flockd_aof::ReplayReport,
+}
