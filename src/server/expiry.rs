@@ -28,9 +28,9 @@ pub async fn run(shared: Arc<Shared>) {
         }
         let now = shared.log.now();
         let (due, next) = {
-            let mut machine = shared.host.index();
-            let due = machine.due_leases(now, BATCH);
-            (due, machine.next_deadline())
+            let mut timers = shared.host.timers();
+            let due = timers.due_leases(now, BATCH);
+            (due, timers.next_deadline())
         };
         if !due.is_empty() {
             if let Err(e) = commit(&*shared.log, vec![Op::Expire { leases: due }]).await {

@@ -42,6 +42,27 @@ impl HoldTimes {
     }
 }
 
+/// The timer tasks' view of the machine: what is due and when, bookkept under the machine's
+/// lock, but never a change of the replicated state (that is proposed as an op and applied).
+pub struct Timers<'a>(RwLockWriteGuard<'a, StateMachine>);
+
+impl Timers<'_> {
+    /// Leases due at `now`, at most `limit`, for one [`Op::Expire`].
+    pub fn due_leases(&mut self, now: Millis, limit: usize) -> Vec<flockd_core::HoldingRef> {
+        self.0.due_leases(now, limit)
+    }
+
+    /// The earliest scheduled deadline (it may be stale).
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.0.next_deadline()
+    }
+
+    /// Idle names beyond `max_idle` to forget (at most `limit`), least recently used first.
+    pub fn idle_candidates(&mut self, max_idle: usize, limit: usize) -> Vec<bytes::Bytes> {
+        self.0.idle_candidates(max_idle, limit)
+    }
+}
+
 pub struct StateHost {
     machine: RwLock<StateMachine>,
     pub waits: WaitRegistry,
@@ -71,9 +92,15 @@ impl StateHost {
         self.machine.read()
     }
 
-    /// For the timer tasks' bookkeeping (the deadline index, recency marks), never for state.
-    pub fn index(&self) -> RwLockWriteGuard<'_, StateMachine> {
-        self.machine.write()
+    /// For the timer tasks: the machine's deadline index and recency marks, and nothing that
+    /// changes its state (only an applied entry does that).
+    pub fn timers(&self) -> Timers<'_> {
+        Timers(self.machine.write())
+    }
+
+    /// CONFIG RESETSTAT: the lock table's event counters (its gauges are state, and stay).
+    pub fn reset_counters(&self) {
+        self.machine.write().reset_stats();
     }
 
     /// Routes the events of one op; those to publish move to `publish` (when it is `Some`).

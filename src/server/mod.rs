@@ -690,7 +690,7 @@ async fn reclaim_idle_names(shared: Arc<Shared>) {
         loop {
             let host = shared.host.clone();
             let names =
-                tokio::task::spawn_blocking(move || host.index().idle_candidates(max, BATCH))
+                tokio::task::spawn_blocking(move || host.timers().idle_candidates(max, BATCH))
                     .await
                     .unwrap_or_default();
             if names.is_empty() {

@@ -27,7 +27,7 @@ impl Services for Shared {
 
     fn reset_stats(&self) {
         stats::reset(&self.stats);
-        self.host.index().reset_stats();
+        self.host.reset_counters();
     }
 
     fn host(&self) -> &Arc<StateHost> {
