@@ -13,7 +13,7 @@ use flockd_raft::dedup::Dedup;
 use flockd_raft::identity::Identity;
 use flockd_raft::network::{Forwarded, ReadPoint, Request, Response, frame};
 use flockd_raft::types::{
-    LeaderId, LogId, Membership, Origin, Proposal, RaftEntry, SnapshotMeta, StoredMembership, Vote,
+    LeaderId, LogId, Membership, Origin, RaftProposal, RaftEntry, SnapshotMeta, StoredMembership, Vote,
 };
 use openraft::EntryPayload;
 use openraft::raft::{
@@ -28,7 +28,7 @@ fn log_id(term: u64, index: u64) -> LogId {
     }
 }
 
-fn proposal() -> Proposal {
+fn proposal() -> RaftProposal {
     let mut dedup = Dedup::default();
     let origin = Origin {
         node: 2,
@@ -37,7 +37,7 @@ fn proposal() -> Proposal {
         floor: 3,
     };
     dedup.admit(&origin);
-    Proposal {
+    RaftProposal {
         origin,
         at: Millis(1_700_000_000_000),
         ops: vec![

@@ -228,7 +228,7 @@ impl LocalCommand for AclCmd {
             }
             AclCmd::Log(count) => {
                 let now_ms = unix_ms();
-                let entries = state.log.lock().newest(count);
+                let entries = state.denials.lock().newest(count);
                 let field = |name: &'static str, value: Reply| (Reply::bulk(name), value);
                 reply(Reply::Array(
                     entries
@@ -259,7 +259,7 @@ impl LocalCommand for AclCmd {
                 ))
             }
             AclCmd::LogReset => {
-                state.log.lock().reset();
+                state.denials.lock().reset();
                 reply(Reply::ok())
             }
             AclCmd::Load => {

@@ -15,7 +15,8 @@ pub struct AclState {
     acl: RwLock<Acl>,
     /// Bumped by every change; a connection whose copy is older fetches its user again.
     generation: AtomicU64,
-    pub log: Mutex<AclLog>,
+    /// ACL LOG: the refusals, newest first.
+    pub denials: Mutex<AclLog>,
 }
 
 impl AclState {
@@ -23,7 +24,7 @@ impl AclState {
         AclState {
             acl: RwLock::new(acl),
             generation: AtomicU64::new(1),
-            log: Mutex::new(AclLog::default()),
+            denials: Mutex::new(AclLog::default()),
         }
     }
 
@@ -57,7 +58,7 @@ impl AclState {
         context: &'static str,
         client: String,
     ) {
-        self.log
+        self.denials
             .lock()
             .record(reason, context, object, username, client, unix_ms());
     }

@@ -53,7 +53,7 @@ pub type ProposalResult = Result<Vec<OpResult>, ProposeError>;
 /// Proposed ops on their way: resolves to their results, in order.
 pub enum Pending {
     Local(oneshot::Receiver<Committed>),
-    Cluster(oneshot::Receiver<flockd_raft::Outcome>),
+    Cluster(oneshot::Receiver<flockd_raft::ProposalResult>),
 }
 
 impl Future for Pending {

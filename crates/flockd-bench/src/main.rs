@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 
-use report::{Outcome, Series};
+use report::{Series, WorkloadResult};
 use servers::{Kind, ServerGuard};
 use workloads::{ABORT, Load, Workload};
 
@@ -322,7 +322,7 @@ async fn measure(
     rounds: usize,
     duration: Duration,
     seed: &mut u64,
-) -> Result<Outcome, String> {
+) -> Result<WorkloadResult, String> {
     let guards = start_all(kinds, fsync).await?;
     let mut series: Vec<Series> = guards.iter().map(|g| Series::new(g.target.kind)).collect();
     for round in 0..rounds {
@@ -362,7 +362,7 @@ async fn measure(
         }
     }
     drop(guards);
-    Ok(Outcome {
+    Ok(WorkloadResult {
         fsync: fsync.to_string(),
         workload: w.clone(),
         series,
@@ -520,7 +520,7 @@ async fn real_main(o: Opts) -> Result<ExitCode, String> {
     );
 
     let mut seed: u64 = 0x5eed_0000 ^ u64::from(std::process::id());
-    let mut outcomes: Vec<Outcome> = Vec::new();
+    let mut outcomes: Vec<WorkloadResult> = Vec::new();
     for fsync in &plan.policies {
         for w in &plan.workloads {
             outcomes.push(measure(&kinds, fsync, w, plan.rounds, plan.duration, &mut seed).await?);
@@ -533,7 +533,7 @@ async fn real_main(o: Opts) -> Result<ExitCode, String> {
     }
     md.push('\n');
     for fsync in &plan.policies {
-        let rows: Vec<&Outcome> = outcomes.iter().filter(|x| &x.fsync == fsync).collect();
+        let rows: Vec<&WorkloadResult> = outcomes.iter().filter(|x| &x.fsync == fsync).collect();
         md.push_str(&report::policy_table(fsync, &rows));
         md.push('\n');
     }

@@ -58,13 +58,13 @@ pub fn median(values: &[f64]) -> f64 {
 }
 
 /// The result of one workload under one fsync policy.
-pub struct Outcome {
+pub struct WorkloadResult {
     pub fsync: String,
     pub workload: Workload,
     pub series: Vec<Series>,
 }
 
-impl Outcome {
+impl WorkloadResult {
     pub fn get(&self, kind: Kind) -> Option<&Series> {
         self.series.iter().find(|s| s.kind == kind)
     }
@@ -181,7 +181,7 @@ pub fn describe(w: &Workload) -> String {
 }
 
 /// The main table for one fsync policy.
-pub fn policy_table(fsync: &str, outcomes: &[&Outcome]) -> String {
+pub fn policy_table(fsync: &str, outcomes: &[&WorkloadResult]) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "#### appendfsync {fsync}\n");
     md.push_str(
@@ -216,7 +216,7 @@ pub fn policy_table(fsync: &str, outcomes: &[&Outcome]) -> String {
     md
 }
 
-pub fn sweep_table(fsync: &str, points: &[(usize, Outcome)]) -> String {
+pub fn sweep_table(fsync: &str, points: &[(usize, WorkloadResult)]) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -258,7 +258,7 @@ fn xml_escape(s: &str) -> String {
 }
 
 /// Throughput vs connections, one line per server, log-scaled x axis.
-pub fn svg_chart(title: &str, points: &[(usize, Outcome)]) -> String {
+pub fn svg_chart(title: &str, points: &[(usize, WorkloadResult)]) -> String {
     let (w, h) = (760.0, 440.0);
     let (left, right, top, bottom) = (90.0, 30.0, 60.0, 70.0);
     let pw = w - left - right;

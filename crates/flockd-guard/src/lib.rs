@@ -26,7 +26,7 @@ use bytes::{Bytes, BytesMut};
 use flockd_aof::record::{RecordTooLarge, encode_entry};
 use flockd_core::{AcquireResult, Millis, Op, OpResult, StateMachine, Terms};
 use flockd_proto::{Limits, ProtocolError, ProtocolVersion, Reply, Request, RequestParser, encode};
-use flockd_raft::types::{EntryPayload, Origin, Proposal};
+use flockd_raft::types::{EntryPayload, Origin, RaftProposal};
 
 /// The lease every guarded acquire asks for, in ms.
 pub const LEASE_MS: u64 = 30_000;
@@ -257,7 +257,7 @@ pub fn raft_payloads(names: usize) -> Vec<EntryPayload> {
         .into_iter()
         .enumerate()
         .map(|(i, op)| {
-            EntryPayload::Normal(Proposal {
+            EntryPayload::Normal(RaftProposal {
                 origin: Origin {
                     node: 1,
                     incarnation: 7,

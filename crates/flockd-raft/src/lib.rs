@@ -1,7 +1,7 @@
 //! flockd-raft: the lock table replicated with Raft, on `openraft`. Every openraft type stays
 //! inside this crate, so a version change touches one place.
 //!
-//! * [`types`]: what the log carries (a [`Proposal`]: ops, who proposed them, the leader's
+//! * [`types`]: what the log carries (a [`RaftProposal`]: ops, who proposed them, the leader's
 //!   time) and openraft's type configuration.
 //! * [`log_store`]: the log and vote on disk, on `raft-log` (synced before acknowledged, group
 //!   commit in its flush worker).
@@ -32,5 +32,5 @@ pub use error::{ClusterError, StartError};
 pub use figures::{PROPOSAL_SECONDS_BOUNDS, RaftFiguresRead};
 pub use node::{Cluster, ClusterSettings, ClusterView, Member, Role};
 pub use peers::{Peer, parse_addr, parse_peers};
-pub use pending::Outcome;
-pub use types::{NodeId, Proposal};
+pub use pending::ProposalResult;
+pub use types::{NodeId, RaftProposal};

@@ -29,7 +29,7 @@ use crate::dedup::Dedup;
 use crate::identity::{Identities, Identity};
 use crate::state_machine::SnapshotData;
 use crate::transport::{PeerWriter, Transport};
-use crate::types::{FlockRaft, NodeId, Proposal, SnapshotMeta, Vote};
+use crate::types::{FlockRaft, NodeId, RaftProposal, SnapshotMeta, Vote};
 
 /// The largest frame either side reads (a snapshot chunk or an append batch is far below).
 pub const MAX_FRAME: usize = 64 << 20;
@@ -67,7 +67,7 @@ pub enum Request {
     },
     TransferLeader(TransferLeaderRequest<FlockRaft>),
     /// A client write from a node that is not the leader: propose it here.
-    Forward(Proposal),
+    Forward(RaftProposal),
     /// A read on a node that is not the leader: confirm leadership, name the read point.
     ReadIndex,
 }

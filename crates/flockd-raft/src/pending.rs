@@ -11,12 +11,12 @@ use tokio::sync::oneshot;
 
 use crate::error::ClusterError;
 
-pub type Outcome = Result<Vec<OpResult>, ClusterError>;
+pub type ProposalResult = Result<Vec<OpResult>, ClusterError>;
 
 #[derive(Default)]
 struct Table {
     next_seq: u64,
-    waiting: BTreeMap<u64, oneshot::Sender<Outcome>>,
+    waiting: BTreeMap<u64, oneshot::Sender<ProposalResult>>,
 }
 
 #[derive(Default)]
@@ -26,7 +26,7 @@ pub struct PendingTable {
 
 impl PendingTable {
     /// A new proposal's seq and where its outcome will arrive.
-    pub fn register(&self) -> (u64, oneshot::Receiver<Outcome>) {
+    pub fn register(&self) -> (u64, oneshot::Receiver<ProposalResult>) {
         let (tx, rx) = oneshot::channel();
         let mut table = self.table.lock();
         let seq = table.next_seq;
@@ -47,7 +47,7 @@ impl PendingTable {
     }
 
     /// Answers proposal `seq` (if it still waits).
-    pub fn resolve(&self, seq: u64, outcome: Outcome) {
+    pub fn resolve(&self, seq: u64, outcome: ProposalResult) {
         if let Some(tx) = self.table.lock().waiting.remove(&seq) {
             let _ = tx.send(outcome);
         }

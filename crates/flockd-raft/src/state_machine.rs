@@ -23,7 +23,7 @@ use flockd_log::{Apply, Entry};
 use crate::dedup::Dedup;
 use crate::error::ClusterError;
 use crate::pending::PendingTable;
-use crate::types::{Applied, FlockRaft, LogId, NodeId, SnapshotMeta, StoredMembership};
+use crate::types::{FlockRaft, LogId, NodeId, RaftResponse, SnapshotMeta, StoredMembership};
 
 /// A snapshot as openraft passes it around: its data file and the dedup table it goes with.
 #[derive(Debug, Clone)]
@@ -342,7 +342,7 @@ impl RaftStateMachine<FlockRaft> for MachineStore {
             inner.last_applied = Some(log_id);
             drop(inner);
             if let Some(responder) = responder {
-                responder.send(Applied);
+                responder.send(RaftResponse);
             }
         }
         Ok(())

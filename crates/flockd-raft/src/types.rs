@@ -1,4 +1,4 @@
-//! What the log carries: a [`Proposal`] (one entry's ops, who proposed them and when the leader
+//! What the log carries: a [`RaftProposal`] (one entry's ops, who proposed them and when the leader
 //! stamped them) and openraft's type configuration around it. Every openraft type the rest of
 //! the crate names is aliased here.
 
@@ -12,8 +12,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 openraft::declare_raft_types!(
     /// flockd's Raft: node ids are `u64`, a node's address is `host:port@cport`.
     pub FlockRaft:
-        D = Proposal,
-        R = Applied,
+        D = RaftProposal,
+        R = RaftResponse,
         Node = openraft::BasicNode,
 );
 
@@ -23,7 +23,7 @@ pub type Vote = openraft::alias::VoteOf<FlockRaft>;
 /// A Raft log entry (openraft's), not to be confused with the committed [`flockd_log::Entry`]
 /// the state machine applies.
 pub type RaftEntry = openraft::alias::EntryOf<FlockRaft>;
-pub type EntryPayload = openraft::EntryPayload<Proposal, NodeId, openraft::BasicNode>;
+pub type EntryPayload = openraft::EntryPayload<RaftProposal, NodeId, openraft::BasicNode>;
 pub type Membership = openraft::Membership<NodeId, openraft::BasicNode>;
 pub type StoredMembership = openraft::alias::StoredMembershipOf<FlockRaft>;
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<FlockRaft>;
@@ -42,13 +42,13 @@ pub struct Origin {
 
 /// One log entry of flockd: ops applied together, at the time the leader stamped.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Proposal {
+pub struct RaftProposal {
     pub origin: Origin,
     pub at: Millis,
     pub ops: Vec<Op>,
 }
 
-impl fmt::Display for Proposal {
+impl fmt::Display for RaftProposal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -71,7 +71,7 @@ struct ProposalWire {
     entry: Vec<u8>,
 }
 
-impl Serialize for Proposal {
+impl Serialize for RaftProposal {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut entry = Vec::new();
         encode_entry(0, self.at, &self.ops, &mut entry).map_err(serde::ser::Error::custom)?;
@@ -83,12 +83,12 @@ impl Serialize for Proposal {
     }
 }
 
-impl<'de> Deserialize<'de> for Proposal {
+impl<'de> Deserialize<'de> for RaftProposal {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let wire = ProposalWire::deserialize(deserializer)?;
         match decode_record(Version::V2, &wire.entry) {
             Ok((Payload::V2(Record::Entry { at, ops, .. }), used)) if used == wire.entry.len() => {
-                Ok(Proposal {
+                Ok(RaftProposal {
                     origin: wire.origin,
                     at,
                     ops,
@@ -104,7 +104,7 @@ impl<'de> Deserialize<'de> for Proposal {
 /// computes them when it applies, and the proposing node answers its client from its own
 /// apply (see `node::Pending`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Applied;
+pub struct RaftResponse;
 
 #[cfg(test)]
 mod tests {
@@ -113,7 +113,7 @@ mod tests {
 
     #[test]
     fn a_proposal_round_trips_through_postcard() {
-        let proposal = Proposal {
+        let proposal = RaftProposal {
             origin: Origin {
                 node: 3,
                 incarnation: 77,
@@ -132,7 +132,7 @@ mod tests {
             ],
         };
         let bytes = postcard::to_allocvec(&proposal).unwrap();
-        let back: Proposal = postcard::from_bytes(&bytes).unwrap();
+        let back: RaftProposal = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(back, proposal);
     }
 
@@ -148,6 +148,6 @@ mod tests {
             entry: vec![1, 2, 3, 4, 5, 6, 7, 8, 9],
         };
         let bytes = postcard::to_allocvec(&wire).unwrap();
-        assert!(postcard::from_bytes::<Proposal>(&bytes).is_err());
+        assert!(postcard::from_bytes::<RaftProposal>(&bytes).is_err());
     }
 }

@@ -11,7 +11,7 @@ use common::{PlainHost, TempDir};
 use flockd_core::{AcquireResult, Millis, Op, OpResult, Terms};
 use flockd_raft::pending::PendingTable;
 use flockd_raft::state_machine::{MachineStore, Me};
-use flockd_raft::types::{LeaderId, LogId, Origin, Proposal, RaftEntry};
+use flockd_raft::types::{LeaderId, LogId, Origin, RaftEntry, RaftProposal};
 use futures_util::stream;
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder};
@@ -45,7 +45,7 @@ fn replica(node: u64) -> Replica {
     }
 }
 
-fn entry(index: u64, proposal: Proposal) -> RaftEntry {
+fn entry(index: u64, proposal: RaftProposal) -> RaftEntry {
     RaftEntry {
         log_id: LogId {
             leader_id: LeaderId {
@@ -58,8 +58,8 @@ fn entry(index: u64, proposal: Proposal) -> RaftEntry {
     }
 }
 
-fn proposal(node: u64, seq: u64, at: u64, ops: Vec<Op>) -> Proposal {
-    Proposal {
+fn proposal(node: u64, seq: u64, at: u64, ops: Vec<Op>) -> RaftProposal {
+    RaftProposal {
         origin: Origin {
             node,
             incarnation: 1,

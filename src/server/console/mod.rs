@@ -212,7 +212,7 @@ fn authenticate(shared: &Shared, request: &PageRequest<'_>) -> Result<Arc<User>,
                 addr = %request.peer,
                 "console: authentication failed"
             );
-            shared.acl.log.lock().record(
+            shared.acl.denials.lock().record(
                 Denial::Auth,
                 "toplevel",
                 "AUTH",

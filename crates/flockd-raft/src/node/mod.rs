@@ -43,10 +43,10 @@ use crate::log_store::{LogStore, node as basic_node};
 use crate::network::{Forwarded, NetworkFactory, Peers, ReadPoint, Request, Response};
 use crate::peer_server::{PeerHandler, serve_connection};
 use crate::peers::{Peer, parse_addr};
-use crate::pending::{Outcome, PendingTable};
+use crate::pending::{PendingTable, ProposalResult};
 use crate::state_machine::{MachineStore, Me};
 use crate::transport::{BoxFuture, Listener, Tcp, Transport};
-use crate::types::{FlockRaft, NodeId, Origin, Proposal};
+use crate::types::{FlockRaft, NodeId, Origin, RaftProposal};
 use flockd_log::Apply;
 
 /// The openraft instance of a node.
@@ -350,7 +350,7 @@ impl Cluster {
 
     /// Proposes `ops` as one entry. The receiver gets their results once the entry is applied
     /// here, or an error once no leader committed it within `cluster-wait-leader-ms`.
-    pub fn propose(&self, ops: Vec<Op>) -> oneshot::Receiver<Outcome> {
+    pub fn propose(&self, ops: Vec<Op>) -> oneshot::Receiver<ProposalResult> {
         self.node.propose(ops)
     }
 

@@ -10,7 +10,7 @@ impl Node {
         Duration::from_millis(self.settings.wait_leader_ms)
     }
 
-    pub(super) fn propose(self: &Arc<Self>, ops: Vec<Op>) -> oneshot::Receiver<Outcome> {
+    pub(super) fn propose(self: &Arc<Self>, ops: Vec<Op>) -> oneshot::Receiver<ProposalResult> {
         let (seq, outcome) = self.pending.register();
         let deadline = Instant::now() + self.wait_leader();
         tokio::spawn(self.clone().submit(seq, ops, deadline));
@@ -39,7 +39,7 @@ impl Node {
                 );
                 return;
             }
-            let proposal = Proposal {
+            let proposal = RaftProposal {
                 origin: Origin {
                     node: self.me.node,
                     incarnation: self.me.incarnation,
@@ -86,7 +86,7 @@ impl Node {
 
     /// Proposes on this node as the leader: stamped with the leader's clock, once it is in
     /// office (until then the proposer tries again shortly).
-    pub(super) async fn write_here(&self, mut proposal: Proposal) -> Forwarded {
+    pub(super) async fn write_here(&self, mut proposal: RaftProposal) -> Forwarded {
         if !self.in_office.load(std::sync::atomic::Ordering::Acquire) {
             return Forwarded::NotLeader {
                 leader: Some(self.me.node),
@@ -109,7 +109,7 @@ impl Node {
     pub(super) async fn forward(
         &self,
         leader: NodeId,
-        proposal: Proposal,
+        proposal: RaftProposal,
         left: Duration,
     ) -> Forwarded {
         let Some(addr) = self.address_of(leader) else {
