@@ -12,7 +12,7 @@
 //! slot is emptied when its ten seconds come round again. Events arrive from the apply path
 //! (already serialized by the state machine's lock) and from connections ending a wait.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -48,10 +48,11 @@ pub enum Contention {
     Busy,
 }
 
-#[derive(Default)]
 struct Tracked {
     /// Ranking weight: events counted plus the weight inherited from the name it replaced.
     weight: u64,
+    /// Its key in the slot's weight index, beside the weight.
+    id: u64,
     counts: HotCounts,
 }
 
@@ -59,11 +60,16 @@ struct Tracked {
 struct Slot {
     /// Which ten-second period since the start this slot holds.
     period: u64,
-    names: HashMap<Bytes, Tracked>,
-    /// (weight, name) of every tracked name: the least weighty is the first, so making room
+    /// Hashed with foldhash, as the lock table is: a busy answer on a cold name, the commonest
+    /// event under load, looks its name up here on the apply path.
+    names: HashMap<Bytes, Tracked, foldhash::fast::RandomState>,
+    /// Every tracked name by (weight, id): the least weighty is the first, so making room
     /// costs O(log capacity), not a scan of the slot (with a million cold names passing
-    /// through, as in a flood of busy answers, the scan was a tenth of the server's CPU).
-    by_weight: BTreeSet<(u64, Bytes)>,
+    /// through, as in a flood of busy answers, the scan was a tenth of the server's CPU). Keyed
+    /// by an id, not the name: moving a name to its next weight then compares two integers and
+    /// moves the name's `Bytes` along, instead of comparing names and cloning them.
+    by_weight: BTreeMap<(u64, u64), Bytes>,
+    next_id: u64,
 }
 
 pub struct HotLocks {
@@ -100,25 +106,29 @@ impl HotLocks {
             slot.period = period;
             slot.names.clear();
             slot.by_weight.clear();
+            slot.next_id = 0;
         }
         if !slot.names.contains_key(name) {
             // Space-Saving: when full, the least weighty name makes room and leaves its weight
             // behind.
             let mut floor = 0;
             if slot.names.len() >= self.capacity
-                && let Some((weight, victim)) = slot.by_weight.pop_first()
+                && let Some(((weight, _), victim)) = slot.by_weight.pop_first()
             {
                 slot.names.remove(&victim);
                 floor = weight;
             }
+            let id = slot.next_id;
+            slot.next_id += 1;
             slot.names.insert(
                 name.clone(),
                 Tracked {
                     weight: floor,
+                    id,
                     counts: HotCounts::default(),
                 },
             );
-            slot.by_weight.insert((floor, name.clone()));
+            slot.by_weight.insert((floor, id), name.clone());
         }
         let Some(tracked) = slot.names.get_mut(name) else {
             return;
@@ -133,10 +143,11 @@ impl HotLocks {
             Contention::Expired => tracked.counts.expiries += 1,
             Contention::Busy => tracked.counts.busy += 1,
         }
-        let weight = tracked.weight;
+        let (weight, id) = (tracked.weight, tracked.id);
         tracked.weight += 1;
-        slot.by_weight.remove(&(weight, name.clone()));
-        slot.by_weight.insert((weight + 1, name.clone()));
+        if let Some(name) = slot.by_weight.remove(&(weight, id)) {
+            slot.by_weight.insert((weight + 1, id), name);
+        }
     }
 
     /// The `count` most contended names of the last minute: most waits first, then most busy
@@ -233,13 +244,12 @@ mod tests {
         // Memory stays bounded: one slot holds at most `capacity` names, and its weight index
         // holds exactly those.
         assert!(hot.slots.lock().iter().all(|s| s.names.len() <= 8));
-        assert!(
-            hot.slots
-                .lock()
-                .iter()
-                .all(|s| s.by_weight.len() == s.names.len()
-                    && s.by_weight.iter().all(|(w, n)| s.names[n].weight == *w))
-        );
+        assert!(hot.slots.lock().iter().all(|s| {
+            s.by_weight.len() == s.names.len()
+                && s.by_weight
+                    .iter()
+                    .all(|((w, id), n)| s.names[n].weight == *w && s.names[n].id == *id)
+        }));
         // A flood far above that threshold does push it out: the guarantee, not more.
         for i in 0..10_000 {
             hot.record(&name(&format!("flood{i}")), Contention::Busy, t0);
