@@ -120,6 +120,9 @@ impl HotLocks {
             }
             let id = slot.next_id;
             slot.next_id += 1;
+            // A copy, not a clone: the name is a slice of some connection's read buffer, which
+            // a clone would keep alive (and whose shared count every drop would touch).
+            let name = Bytes::copy_from_slice(name);
             slot.names.insert(
                 name.clone(),
                 Tracked {
