@@ -486,3 +486,166 @@ config_keys! {
         show: |_| "1".to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use clap::CommandFactory;
+
+    use super::*;
+    use crate::config::Cli;
+
+    fn repo_file(name: &str) -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(name);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    fn file_keys() -> impl Iterator<Item = &'static Key> {
+        KEYS.iter().filter(|k| k.in_file())
+    }
+
+    #[test]
+    fn names_variables_and_flags_follow_one_rule() {
+        let mut seen = Vec::new();
+        for key in KEYS {
+            assert!(!seen.contains(&key.name), "{} declared twice", key.name);
+            seen.push(key.name);
+            assert!(!key.help.is_empty(), "{} has no help", key.name);
+        }
+        let cli = Cli::command();
+        for key in file_keys() {
+            let env = format!("FLOCKD_{}", key.name.to_ascii_uppercase().replace('-', "_"));
+            assert_eq!(key.env, Some(env.as_str()), "{}", key.name);
+            let flag = key.flag().unwrap();
+            let arg = cli
+                .get_arguments()
+                .find(|a| a.get_long().map(|l| format!("--{l}")) == Some(flag.clone()))
+                .unwrap_or_else(|| panic!("no flag {flag}"));
+            assert_eq!(
+                arg.get_env().and_then(|e| e.to_str()),
+                Some(env.as_str()),
+                "{flag}"
+            );
+        }
+    }
+
+    #[test]
+    fn config_get_shows_every_key_and_its_default() {
+        let config = Config::default();
+        let entries = config.entries();
+        let names: Vec<_> = entries.iter().map(|(k, _)| *k).collect();
+        let table: Vec<_> = KEYS.iter().map(|k| k.name).collect();
+        assert_eq!(names, table);
+        for (key, (name, shown)) in KEYS.iter().zip(&entries) {
+            if let Some(default) = key.default {
+                assert_eq!(shown, default, "{name}");
+            }
+        }
+        assert_eq!(
+            config.client_output_buffer_limit_pubsub,
+            crate::server::pubsub::DEFAULT_OUTPUT_LIMIT
+        );
+    }
+
+    /// `key = value` lines of the shipped file, commented out (`# key = value`) or not.
+    fn shipped_file_lines() -> BTreeMap<String, String> {
+        let text = repo_file("config/flockd.toml");
+        let mut lines = BTreeMap::new();
+        for line in text.lines() {
+            let line = line.strip_prefix("# ").unwrap_or(line);
+            let Some((key, value)) = line.split_once(" = ") else {
+                continue;
+            };
+            if key.is_empty()
+                || !key
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            {
+                continue;
+            }
+            let value = match value.parse::<toml::Value>() {
+                Ok(toml::Value::String(s)) => s,
+                Ok(other) => other.to_string(),
+                Err(e) => panic!("config/flockd.toml: {key} = {value}: {e}"),
+            };
+            lines.insert(key.to_string(), value);
+        }
+        lines
+    }
+
+    #[test]
+    fn the_shipped_config_file_lists_every_key_with_its_default() {
+        let lines = shipped_file_lines();
+        for key in file_keys() {
+            let value = lines
+                .get(key.name)
+                .unwrap_or_else(|| panic!("config/flockd.toml lacks {}", key.name));
+            if let Some(default) = key.default {
+                assert_eq!(value, default, "config/flockd.toml: {}", key.name);
+            }
+        }
+        for name in lines.keys() {
+            assert!(
+                key(name).is_some_and(|k| k.in_file()),
+                "config/flockd.toml names {name}, which is no key"
+            );
+        }
+    }
+
+    /// The README's configuration table: key -> (variable column, default column).
+    fn readme_rows() -> BTreeMap<String, (String, String)> {
+        let text = repo_file("README.md");
+        let section = text
+            .split("\n## Configuration\n")
+            .nth(1)
+            .expect("README.md has a Configuration section");
+        let mut rows = BTreeMap::new();
+        for line in section.lines().skip_while(|l| !l.starts_with('|')) {
+            if !line.starts_with('|') {
+                break;
+            }
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            if cells.len() < 5 || !cells[1].starts_with('`') {
+                continue;
+            }
+            for name in cells[1].split(", ") {
+                rows.insert(
+                    name.trim_matches('`').to_string(),
+                    (cells[2].to_string(), cells[3].to_string()),
+                );
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn the_readme_table_lists_every_key_with_its_variable_and_default() {
+        let rows = readme_rows();
+        for key in file_keys() {
+            let (variable, default) = rows
+                .get(key.name)
+                .unwrap_or_else(|| panic!("README.md's configuration table lacks {}", key.name));
+            let env = format!("`{}`", key.env.unwrap());
+            assert!(
+                variable.split(", ").any(|v| v == env),
+                "README.md: {} has variable {variable}, not {env}",
+                key.name
+            );
+            if let Some(text) = key.default.filter(|d| !d.is_empty()) {
+                assert!(
+                    default.contains(&format!("`{text}`")),
+                    "README.md: {} has default {default}, not `{text}`",
+                    key.name
+                );
+            }
+        }
+        for name in rows.keys() {
+            assert!(
+                key(name).is_some_and(|k| k.in_file()),
+                "README.md's configuration table names {name}, which is no key"
+            );
+        }
+    }
+}
