@@ -7,8 +7,8 @@
 //! (`Config::entries`) and CONFIG SET's mutability check ([`Key::change`]). The tests at the
 //! bottom check the rest against it: `config/flockd.toml` and the README's configuration table.
 //!
-//! Adding a key: one entry below, its validation in `Settings::validate` (mod.rs) and its field
-//! in `Config`; then `cargo test -p flockd --bins config` says what else still lacks it (the
+//! Adding a key: one entry below, its check in `Settings::checked` (mod.rs) and its field in
+//! `Config`; then `cargo test -p flockd --bins config` says what else still lacks it (the
 //! shipped file, the README table).
 //!
 //! The table runs in CONFIG GET's order, which is also the order CONFIG REWRITE appends keys in.

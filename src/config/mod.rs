@@ -3,6 +3,15 @@
 //! environment together (a flag wins over its variable); the file fills in what neither gave.
 //! At run time CONFIG SET changes the keys that can change ([`change`]) and CONFIG REWRITE
 //! writes them back to the file ([`rewrite`]).
+//!
+//! Every key is declared once, in the table in [`keys`]: name, type, `FLOCKD_*` variable,
+//! default, whether CONFIG SET may change it, its help line and how CONFIG GET shows it. The
+//! flags, variables and file keys ([`Settings`]), their merge, the defaults, the CONFIG GET list
+//! and CONFIG SET's mutability check are generated from it. A new key is one entry there, plus
+//! its field in [`Config`] and its check in `Settings::checked` below (the compiler asks for
+//! both); `cargo test -p flockd --bins config` then fails until `config/flockd.toml` and the
+//! README's configuration table list it with its default and variable, and checks that CONFIG
+//! GET, SET and REWRITE know it.
 
 pub mod change;
 pub mod keys;
@@ -638,7 +647,7 @@ impl Settings {
             })?,
         };
         let protocols = match &self.tls_protocols {
-            None => vec![Protocol::Tls12, Protocol::Tls13],
+            None => return Err(ConfigError::NoDefault("tls-protocols")),
             Some(text) => Protocol::parse_list(text).map_err(|_| ConfigError::Invalid {
                 key: "tls-protocols",
                 value: text.clone(),
