@@ -1,5 +1,5 @@
 //! The one table of configuration keys. Each key is declared here once: its name (the TOML key,
-//! the `--flag` and CONFIG GET/SET's name), the type its flag and file value are read as, its
+//! `--flag` and CONFIG GET/SET's name), the type its flag and file value are read as, its
 //! `FLOCKD_*` variable, its default, whether CONFIG SET may change it, one line of help (the
 //! flag's `--help` text) and how CONFIG GET shows it. From the table come the [`Settings`]
 //! struct (clap flags, variables and serde file keys), its merge ([`Settings::or`]), the
@@ -38,13 +38,16 @@ pub struct Key {
     /// The type the flag, variable and file value are read as; `None` for the Redis keys
     /// flockd answers CONFIG GET with a fixed value (no flag, variable or file key).
     pub rust_type: Option<&'static str>,
-    /// The environment variable.
+    /// The environment variable. (The flag's `env` and `--help` are generated from the same
+    /// literals as `env` and `help`; at run time only the tests read these two fields.)
+    #[cfg_attr(not(test), allow(dead_code))]
     pub env: Option<&'static str>,
     /// The default as CONFIG GET and the config file spell it; `None`: unset, or derived from
     /// other keys (`metrics-bind`, `tls-auth-clients`).
     pub default: Option<&'static str>,
     pub change: Change,
     /// One line of help: the flag's `--help` text.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub help: &'static str,
     /// The value CONFIG GET shows.
     pub show: fn(&Config) -> String,
@@ -54,11 +57,6 @@ impl Key {
     /// Whether the config file (and so a flag, a variable and CONFIG REWRITE) knows the key.
     pub fn in_file(&self) -> bool {
         self.rust_type.is_some()
-    }
-
-    /// The command-line flag.
-    pub fn flag(&self) -> Option<String> {
-        self.in_file().then(|| format!("--{}", self.name))
     }
 }
 
@@ -518,7 +516,7 @@ mod tests {
         for key in file_keys() {
             let env = format!("FLOCKD_{}", key.name.to_ascii_uppercase().replace('-', "_"));
             assert_eq!(key.env, Some(env.as_str()), "{}", key.name);
-            let flag = key.flag().unwrap();
+            let flag = format!("--{}", key.name);
             let arg = cli
                 .get_arguments()
                 .find(|a| a.get_long().map(|l| format!("--{l}")) == Some(flag.clone()))
