@@ -5,35 +5,8 @@
 
 use serde::Deserialize;
 
+use super::keys::{self, Change};
 use super::{Config, ConfigError, Settings};
-
-/// Keys CONFIG GET shows that only a restart can change: the listener, the file's place, the
-/// log's shape, the runtime's threads, and the Redis keys flockd answers with fixed values.
-const IMMUTABLE: &[&str] = &[
-    "bind",
-    "port",
-    "dir",
-    "appendfilename",
-    "log-format",
-    "worker-threads",
-    "metrics-port",
-    "metrics-bind",
-    "hot-locks-capacity",
-    "tls-port",
-    "tls-only",
-    "aclfile",
-    "node-id",
-    "cluster-peers",
-    "cluster-heartbeat-ms",
-    "cluster-election-timeout-ms",
-    "cluster-wait-leader-ms",
-    "tls-cluster",
-    "sentinel-master-name",
-    "sentinel-port",
-    "appendonly",
-    "save",
-    "databases",
-];
 
 /// Why a CONFIG SET was refused, in Redis 7's words.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -52,16 +25,14 @@ impl Config {
     /// The configuration with `changes` (key, value) made, or why not; `self` is left as it is.
     /// Keys are case-insensitive, as in Redis.
     pub fn with_changes(&self, changes: &[(String, String)]) -> Result<Config, ChangeError> {
-        let known: Vec<&'static str> = self.entries().into_iter().map(|(k, _)| k).collect();
         let mut seen: Vec<String> = Vec::with_capacity(changes.len());
         let mut changed = Settings::default();
         for (key, value) in changes {
             let key = key.to_ascii_lowercase();
-            if !known.contains(&key.as_str()) {
-                return Err(ChangeError::Unknown(key));
-            }
-            if IMMUTABLE.contains(&key.as_str()) {
-                return Err(ChangeError::Immutable(key));
+            match keys::key(&key) {
+                None => return Err(ChangeError::Unknown(key)),
+                Some(k) if k.change == Change::Restart => return Err(ChangeError::Immutable(key)),
+                Some(_) => {}
             }
             if seen.contains(&key) {
                 return Err(ChangeError::Duplicate(key));
@@ -117,7 +88,7 @@ impl Config {
 
 /// Whether `key` is one the config file can hold (CONFIG GET also shows a few fixed Redis keys).
 pub fn is_file_key(key: &str) -> bool {
-    !matches!(key, "appendonly" | "save" | "databases")
+    keys::key(key).is_some_and(|k| k.in_file())
 }
 
 /// How a key's value is spelled in the config file: an integer or a string.
@@ -268,15 +239,29 @@ mod tests {
 
     #[test]
     fn every_key_is_either_settable_or_immutable() {
-        // A key added to CONFIG GET must also be one the file (and so CONFIG SET) can read.
+        // A key added to CONFIG GET must also be one the file (and so CONFIG SET) can read; SET
+        // refuses exactly the keys the table declares immutable, in Redis's words.
         let config = Config::default();
         for (key, value) in config.entries() {
-            if IMMUTABLE.contains(&key) {
-                continue;
+            let declared = keys::key(key).unwrap_or_else(|| panic!("{key} is not in the table"));
+            let result = set(&config, &[(key, &value)]);
+            match declared.change {
+                Change::Restart => {
+                    let refused = result.expect_err(key);
+                    assert_eq!(refused, ChangeError::Immutable(key.to_string()));
+                    assert_eq!(
+                        refused.to_string(),
+                        format!(
+                            "CONFIG SET failed (possibly related to argument '{key}') - can't \
+                             set immutable config"
+                        )
+                    );
+                }
+                Change::Runtime => {
+                    let next = result.unwrap_or_else(|e| panic!("{key} = {value:?}: {e}"));
+                    assert_eq!(next, config, "{key}");
+                }
             }
-            let next =
-                set(&config, &[(key, &value)]).unwrap_or_else(|e| panic!("{key} = {value:?}: {e}"));
-            assert_eq!(next, config, "{key}");
         }
     }
 }

@@ -3,17 +3,30 @@
 //! environment together (a flag wins over its variable); the file fills in what neither gave.
 //! At run time CONFIG SET changes the keys that can change ([`change`]) and CONFIG REWRITE
 //! writes them back to the file ([`rewrite`]).
+//!
+//! Every key is declared once, in the table in [`keys`]: name, type, `FLOCKD_*` variable,
+//! default, whether CONFIG SET may change it, its help line and how CONFIG GET shows it. The
+//! flags, variables and file keys ([`Settings`]), their merge, the defaults, the CONFIG GET list
+//! and CONFIG SET's mutability check are generated from it. A new key is one entry there, plus
+//! its field in [`Config`] and its check in `Settings::checked` below (the compiler asks for
+//! both); `cargo test -p flockd --bins config` then fails until `config/flockd.toml` and the
+//! README's configuration table list it with its default and variable, and checks that CONFIG
+//! GET, SET and REWRITE know it.
 
 pub mod change;
+pub mod keys;
 pub mod rewrite;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 use flockd_aof::FsyncPolicy;
 use flockd_tls::{AuthClients, Protocol, TlsSettings};
 use serde::Deserialize;
+
+use keys::KEYS;
+pub use keys::Settings;
 
 /// Everything the daemon runs with, after layering and validation.
 #[derive(Clone, Debug, PartialEq)]
@@ -103,51 +116,12 @@ impl ClusterConfig {
 }
 
 impl Default for Config {
+    /// The key table's defaults ([`keys::KEYS`]), validated as any configuration is. The table's
+    /// defaults are valid (`defaults_serve_out_of_the_box` checks it), so this cannot fail.
     fn default() -> Self {
-        Config {
-            bind: IpAddr::from([127, 0, 0, 1]),
-            port: 6390,
-            dir: PathBuf::from("./data"),
-            appendfilename: "flockd.aof".to_string(),
-            appendfsync: FsyncPolicy::Always,
-            requirepass: None,
-            maxclients: 10_000,
-            log_format: LogFormat::Text,
-            log_level: "info".to_string(),
-            max_name_bytes: 1024,
-            max_lease_ms: 86_400_000,
-            max_wait_ms: 3_600_000,
-            proto_max_bulk_len: 512 * 1024 * 1024,
-            client_query_buffer_limit: 1024 * 1024 * 1024,
-            max_args: 1024 * 1024,
-            max_inline_len: 64 * 1024,
-            auto_aof_rewrite_min_size: 64 * 1024 * 1024,
-            auto_aof_rewrite_percentage: 100,
-            shutdown_timeout_ms: 10_000,
-            worker_threads: 0,
-            max_idle_names: 1_000_000,
-            slowlog_log_slower_than: 10_000,
-            slowlog_max_len: 128,
-            latency_monitor_threshold: 0,
-            config_file: None,
-            metrics_port: None,
-            metrics_bind: IpAddr::from([127, 0, 0, 1]),
-            console: true,
-            hot_locks_capacity: 1024,
-            notify_flock_events: true,
-            client_output_buffer_limit_pubsub: crate::server::pubsub::DEFAULT_OUTPUT_LIMIT,
-            tls_port: None,
-            tls_only: false,
-            tls_cert_file: None,
-            tls_key_file: None,
-            tls_ca_cert_file: None,
-            sentinel_master_name: "flockd".to_string(),
-            sentinel_port: None,
-            tls_auth_clients: AuthClients::No,
-            tls_protocols: vec![Protocol::Tls12, Protocol::Tls13],
-            aclfile: None,
-            cluster: None,
-        }
+        Settings::default()
+            .validate()
+            .expect("the key table's defaults are a valid configuration")
     }
 }
 
@@ -156,158 +130,13 @@ impl Config {
         self.dir.join(&self.appendfilename)
     }
 
-    /// Every key with its current value as CONFIG GET shows it (Redis-style names).
+    /// Every key with its current value as CONFIG GET shows it (Redis-style names), in the
+    /// key table's order.
     pub fn entries(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("bind", self.bind.to_string()),
-            ("port", self.port.to_string()),
-            ("dir", self.dir.display().to_string()),
-            ("appendonly", "yes".to_string()),
-            // No RDB snapshots; tools such as redis-benchmark ask for it.
-            ("save", String::new()),
-            ("appendfilename", self.appendfilename.clone()),
-            ("appendfsync", self.appendfsync.to_string()),
-            ("requirepass", self.requirepass.clone().unwrap_or_default()),
-            ("maxclients", self.maxclients.to_string()),
-            ("log-format", self.log_format.as_str().to_string()),
-            ("log-level", self.log_level.clone()),
-            ("max-name-bytes", self.max_name_bytes.to_string()),
-            ("max-lease-ms", self.max_lease_ms.to_string()),
-            ("max-wait-ms", self.max_wait_ms.to_string()),
-            ("proto-max-bulk-len", self.proto_max_bulk_len.to_string()),
-            (
-                "client-query-buffer-limit",
-                self.client_query_buffer_limit.to_string(),
-            ),
-            ("max-args", self.max_args.to_string()),
-            ("max-inline-len", self.max_inline_len.to_string()),
-            (
-                "auto-aof-rewrite-min-size",
-                self.auto_aof_rewrite_min_size.to_string(),
-            ),
-            (
-                "auto-aof-rewrite-percentage",
-                self.auto_aof_rewrite_percentage.to_string(),
-            ),
-            ("shutdown-timeout-ms", self.shutdown_timeout_ms.to_string()),
-            ("worker-threads", self.worker_threads.to_string()),
-            ("max-idle-names", self.max_idle_names.to_string()),
-            (
-                "slowlog-log-slower-than",
-                self.slowlog_log_slower_than.to_string(),
-            ),
-            ("slowlog-max-len", self.slowlog_max_len.to_string()),
-            (
-                "latency-monitor-threshold",
-                self.latency_monitor_threshold.to_string(),
-            ),
-            (
-                "metrics-port",
-                self.metrics_port.map(|p| p.to_string()).unwrap_or_default(),
-            ),
-            ("metrics-bind", self.metrics_bind.to_string()),
-            (
-                "console",
-                if self.console { "yes" } else { "no" }.to_string(),
-            ),
-            ("hot-locks-capacity", self.hot_locks_capacity.to_string()),
-            (
-                "notify-flock-events",
-                if self.notify_flock_events {
-                    "on"
-                } else {
-                    "off"
-                }
-                .to_string(),
-            ),
-            (
-                "client-output-buffer-limit-pubsub",
-                self.client_output_buffer_limit_pubsub.to_string(),
-            ),
-            ("aclfile", path_text(&self.aclfile)),
-            (
-                "node-id",
-                self.cluster
-                    .as_ref()
-                    .map(|c| c.node_id.to_string())
-                    .unwrap_or_default(),
-            ),
-            (
-                "cluster-peers",
-                self.cluster
-                    .as_ref()
-                    .map(ClusterConfig::peers_text)
-                    .unwrap_or_default(),
-            ),
-            (
-                "cluster-heartbeat-ms",
-                self.cluster
-                    .as_ref()
-                    .map_or(100, |c| c.heartbeat_ms)
-                    .to_string(),
-            ),
-            (
-                "cluster-election-timeout-ms",
-                self.cluster
-                    .as_ref()
-                    .map_or(500, |c| c.election_timeout_ms)
-                    .to_string(),
-            ),
-            (
-                "cluster-wait-leader-ms",
-                self.cluster
-                    .as_ref()
-                    .map_or(3000, |c| c.wait_leader_ms)
-                    .to_string(),
-            ),
-            (
-                "tls-cluster",
-                if self.cluster.as_ref().is_some_and(|c| c.tls) {
-                    "yes"
-                } else {
-                    "no"
-                }
-                .to_string(),
-            ),
-            ("sentinel-master-name", self.sentinel_master_name.clone()),
-            (
-                "sentinel-port",
-                self.sentinel_port
-                    .map(|p| p.to_string())
-                    .unwrap_or_default(),
-            ),
-            (
-                "tls-port",
-                self.tls_port.map(|p| p.to_string()).unwrap_or_default(),
-            ),
-            (
-                "tls-only",
-                if self.tls_only { "yes" } else { "no" }.to_string(),
-            ),
-            ("tls-cert-file", path_text(&self.tls_cert_file)),
-            ("tls-key-file", path_text(&self.tls_key_file)),
-            ("tls-ca-cert-file", path_text(&self.tls_ca_cert_file)),
-            (
-                "tls-auth-clients",
-                self.tls_auth_clients.as_str().to_string(),
-            ),
-            (
-                "tls-protocols",
-                self.tls_protocols
-                    .iter()
-                    .map(|p| p.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ),
-            ("databases", "1".to_string()),
-        ]
+        KEYS.iter()
+            .map(|key| (key.name, (key.show)(self)))
+            .collect()
     }
-}
-
-fn path_text(path: &Option<PathBuf>) -> String {
-    path.as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default()
 }
 
 impl Config {
@@ -371,6 +200,9 @@ pub enum ConfigError {
     },
     #[error("cluster mode: {0}")]
     Cluster(String),
+    /// A key without a value and without a default in the key table (a bug in the table).
+    #[error("no value for '{0}' and no default in the key table")]
+    NoDefault(&'static str),
 }
 
 #[derive(Debug, Parser)]
@@ -414,244 +246,7 @@ pub enum Tool {
     Lock(Box<crate::lock::LockArgs>),
 }
 
-/// One optional value per key, from a flag or a FLOCKD_* variable; `None` lets the file or the
-/// default decide.
-#[derive(Debug, Default, Args, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct Settings {
-    /// TOML config file (every key: config/flockd.toml).
-    #[arg(long, env = "FLOCKD_CONFIG", value_name = "FILE")]
-    #[serde(skip)]
-    pub config: Option<PathBuf>,
-    /// Address to listen on.
-    #[arg(long, env = "FLOCKD_BIND", value_name = "ADDR")]
-    pub bind: Option<String>,
-    /// Port to listen on; 0 picks a free one (the ready line names it).
-    #[arg(long, env = "FLOCKD_PORT", value_name = "N")]
-    pub port: Option<u32>,
-    /// Directory of the append-only file.
-    #[arg(long, env = "FLOCKD_DIR", value_name = "DIR")]
-    pub dir: Option<PathBuf>,
-    /// File name of the append-only file inside `dir`.
-    #[arg(long, env = "FLOCKD_APPENDFILENAME", value_name = "NAME")]
-    pub appendfilename: Option<String>,
-    /// When to fsync the append-only file: always (before each reply), everysec, no.
-    #[arg(long, env = "FLOCKD_APPENDFSYNC", value_name = "always|everysec|no")]
-    pub appendfsync: Option<String>,
-    /// Password clients must send with AUTH (or HELLO ... AUTH) first.
-    #[arg(
-        long,
-        env = "FLOCKD_REQUIREPASS",
-        value_name = "SECRET",
-        hide_env_values = true
-    )]
-    pub requirepass: Option<String>,
-    /// Maximum number of connected clients.
-    #[arg(long, env = "FLOCKD_MAXCLIENTS", value_name = "N")]
-    pub maxclients: Option<u64>,
-    /// Log format: text or json.
-    #[arg(long, env = "FLOCKD_LOG_FORMAT", value_name = "text|json")]
-    pub log_format: Option<String>,
-    /// Log filter, RUST_LOG style (RUST_LOG itself wins when set).
-    #[arg(long, env = "FLOCKD_LOG_LEVEL", value_name = "FILTER")]
-    pub log_level: Option<String>,
-    /// Longest lock name, fence key or owner id, in bytes.
-    #[arg(long, env = "FLOCKD_MAX_NAME_BYTES", value_name = "N")]
-    pub max_name_bytes: Option<u64>,
-    /// Longest lease a client may ask for, in ms.
-    #[arg(long, env = "FLOCKD_MAX_LEASE_MS", value_name = "MS")]
-    pub max_lease_ms: Option<u64>,
-    /// Longest WAIT a client may ask for, in ms.
-    #[arg(long, env = "FLOCKD_MAX_WAIT_MS", value_name = "MS")]
-    pub max_wait_ms: Option<u64>,
-    /// Largest bulk string in a request, in bytes.
-    #[arg(long, env = "FLOCKD_PROTO_MAX_BULK_LEN", value_name = "BYTES")]
-    pub proto_max_bulk_len: Option<u64>,
-    /// Most bytes buffered for one client's unparsed input.
-    #[arg(long, env = "FLOCKD_CLIENT_QUERY_BUFFER_LIMIT", value_name = "BYTES")]
-    pub client_query_buffer_limit: Option<u64>,
-    /// Most arguments in one command.
-    #[arg(long, env = "FLOCKD_MAX_ARGS", value_name = "N")]
-    pub max_args: Option<u64>,
-    /// Longest inline command line, in bytes.
-    #[arg(long, env = "FLOCKD_MAX_INLINE_LEN", value_name = "BYTES")]
-    pub max_inline_len: Option<u64>,
-    /// Rewrite the AOF automatically only once it is at least this big.
-    #[arg(long, env = "FLOCKD_AUTO_AOF_REWRITE_MIN_SIZE", value_name = "BYTES")]
-    pub auto_aof_rewrite_min_size: Option<u64>,
-    /// Rewrite the AOF when it grew by this percentage since the last rewrite; 0 disables.
-    #[arg(long, env = "FLOCKD_AUTO_AOF_REWRITE_PERCENTAGE", value_name = "PCT")]
-    pub auto_aof_rewrite_percentage: Option<u64>,
-    /// How long a shutdown waits for connections to finish their command in flight.
-    #[arg(long, env = "FLOCKD_SHUTDOWN_TIMEOUT_MS", value_name = "MS")]
-    pub shutdown_timeout_ms: Option<u64>,
-    /// Tokio worker threads; 0 means one per core.
-    #[arg(long, env = "FLOCKD_WORKER_THREADS", value_name = "N")]
-    pub worker_threads: Option<u64>,
-    /// Most free lock names whose counters are kept individually; beyond it the least recently
-    /// used are forgotten and a global token floor keeps their next tokens higher. 0: no bound.
-    #[arg(long, env = "FLOCKD_MAX_IDLE_NAMES", value_name = "N")]
-    pub max_idle_names: Option<u64>,
-    /// Log commands that take at least this many microseconds in the slow log; -1: none, 0: all.
-    #[arg(
-        long,
-        env = "FLOCKD_SLOWLOG_LOG_SLOWER_THAN",
-        value_name = "USEC",
-        allow_negative_numbers = true
-    )]
-    pub slowlog_log_slower_than: Option<i64>,
-    /// Entries the slow log keeps.
-    #[arg(long, env = "FLOCKD_SLOWLOG_MAX_LEN", value_name = "N")]
-    pub slowlog_max_len: Option<u64>,
-    /// Record commands that take at least this many ms as latency events (LATENCY); 0: off.
-    #[arg(long, env = "FLOCKD_LATENCY_MONITOR_THRESHOLD", value_name = "MS")]
-    pub latency_monitor_threshold: Option<u64>,
-    /// HTTP port for /metrics (Prometheus), /livez and /readyz; unset: off; 0 picks a free one
-    /// (the "metrics on" log line names it).
-    #[arg(long, env = "FLOCKD_METRICS_PORT", value_name = "N")]
-    pub metrics_port: Option<u32>,
-    /// Address of the metrics port [default: bind].
-    #[arg(long, env = "FLOCKD_METRICS_BIND", value_name = "ADDR")]
-    pub metrics_bind: Option<String>,
-    /// yes: the metrics port serves the console page at / (and its /console/api/...); no.
-    #[arg(long, env = "FLOCKD_CONSOLE", value_name = "yes|no")]
-    pub console: Option<String>,
-    /// Lock names FLOCK.HOT tracks (per ten seconds; bounds its memory).
-    #[arg(long, env = "FLOCKD_HOT_LOCKS_CAPACITY", value_name = "N")]
-    pub hot_locks_capacity: Option<u64>,
-    /// on: publish lock events on `__flock__:<name>` and `__flockevent__:<event>`; off.
-    #[arg(long, env = "FLOCKD_NOTIFY_FLOCK_EVENTS", value_name = "on|off")]
-    pub notify_flock_events: Option<String>,
-    /// Bytes of messages a subscriber may have waiting before it is disconnected.
-    #[arg(
-        long,
-        env = "FLOCKD_CLIENT_OUTPUT_BUFFER_LIMIT_PUBSUB",
-        value_name = "BYTES"
-    )]
-    pub client_output_buffer_limit_pubsub: Option<u64>,
-    /// TLS port beside `port` (unset: no TLS; 0 picks a free one, the ready line names it).
-    #[arg(long, env = "FLOCKD_TLS_PORT", value_name = "N")]
-    pub tls_port: Option<u32>,
-    /// yes: only the TLS port listens.
-    #[arg(long, env = "FLOCKD_TLS_ONLY", value_name = "yes|no")]
-    pub tls_only: Option<String>,
-    /// The server's certificate chain (PEM).
-    #[arg(long, env = "FLOCKD_TLS_CERT_FILE", value_name = "FILE")]
-    pub tls_cert_file: Option<PathBuf>,
-    /// The server's private key (PEM).
-    #[arg(long, env = "FLOCKD_TLS_KEY_FILE", value_name = "FILE")]
-    pub tls_key_file: Option<PathBuf>,
-    /// CA certificates that sign client certificates (PEM).
-    #[arg(long, env = "FLOCKD_TLS_CA_CERT_FILE", value_name = "FILE")]
-    pub tls_ca_cert_file: Option<PathBuf>,
-    /// yes: clients must present a certificate signed by the CA (the default with a CA); no;
-    /// optional.
-    #[arg(long, env = "FLOCKD_TLS_AUTH_CLIENTS", value_name = "yes|no|optional")]
-    pub tls_auth_clients: Option<String>,
-    /// Protocol versions offered: "TLSv1.2 TLSv1.3" (default), or one of them.
-    #[arg(long, env = "FLOCKD_TLS_PROTOCOLS", value_name = "VERSIONS")]
-    pub tls_protocols: Option<String>,
-    /// Users file in Redis's ACL format (`user alice on >secret ~orders:* +@flock`), read at
-    /// start and by ACL LOAD, written by ACL SAVE.
-    #[arg(long, env = "FLOCKD_ACLFILE", value_name = "FILE")]
-    pub aclfile: Option<PathBuf>,
-    /// This node's id in a cluster (1..=2^63-1); with cluster-peers, turns cluster mode on.
-    #[arg(long, env = "FLOCKD_NODE_ID", value_name = "ID")]
-    pub node_id: Option<u64>,
-    /// The cluster's members: id=host:port@cport,... (@cport defaults to port + 10000).
-    #[arg(long, env = "FLOCKD_CLUSTER_PEERS", value_name = "PEERS")]
-    pub cluster_peers: Option<String>,
-    /// Milliseconds between the leader's heartbeats.
-    #[arg(long, env = "FLOCKD_CLUSTER_HEARTBEAT_MS", value_name = "MS")]
-    pub cluster_heartbeat_ms: Option<u64>,
-    /// A follower that hears no leader for a random time between this and twice this calls
-    /// an election.
-    #[arg(long, env = "FLOCKD_CLUSTER_ELECTION_TIMEOUT_MS", value_name = "MS")]
-    pub cluster_election_timeout_ms: Option<u64>,
-    /// How long a command waits for a leader to commit it before -CLUSTERDOWN.
-    #[arg(long, env = "FLOCKD_CLUSTER_WAIT_LEADER_MS", value_name = "MS")]
-    pub cluster_wait_leader_ms: Option<u64>,
-    /// yes: the cluster port speaks TLS both ways (mutual), with tls-cert-file, tls-key-file and
-    /// tls-ca-cert-file; no (the default).
-    #[arg(long, env = "FLOCKD_TLS_CLUSTER", value_name = "yes|no")]
-    pub tls_cluster: Option<String>,
-    /// The master name SENTINEL get-master-addr-by-name and the others answer for.
-    #[arg(long, env = "FLOCKD_SENTINEL_MASTER_NAME", value_name = "NAME")]
-    pub sentinel_master_name: Option<String>,
-    /// A port where this node answers as a Sentinel, for clients that check ROLE on their
-    /// sentinels (redis-rs); unset: none; 0 picks a free one (the "sentinel port" line names it).
-    #[arg(long, env = "FLOCKD_SENTINEL_PORT", value_name = "N")]
-    pub sentinel_port: Option<u32>,
-}
-
 impl Settings {
-    /// Fills every key this one lacks from `lower` (the config file).
-    pub fn or(self, lower: Settings) -> Settings {
-        Settings {
-            config: self.config.or(lower.config),
-            bind: self.bind.or(lower.bind),
-            port: self.port.or(lower.port),
-            dir: self.dir.or(lower.dir),
-            appendfilename: self.appendfilename.or(lower.appendfilename),
-            appendfsync: self.appendfsync.or(lower.appendfsync),
-            requirepass: self.requirepass.or(lower.requirepass),
-            maxclients: self.maxclients.or(lower.maxclients),
-            log_format: self.log_format.or(lower.log_format),
-            log_level: self.log_level.or(lower.log_level),
-            max_name_bytes: self.max_name_bytes.or(lower.max_name_bytes),
-            max_lease_ms: self.max_lease_ms.or(lower.max_lease_ms),
-            max_wait_ms: self.max_wait_ms.or(lower.max_wait_ms),
-            proto_max_bulk_len: self.proto_max_bulk_len.or(lower.proto_max_bulk_len),
-            client_query_buffer_limit: self
-                .client_query_buffer_limit
-                .or(lower.client_query_buffer_limit),
-            max_args: self.max_args.or(lower.max_args),
-            max_inline_len: self.max_inline_len.or(lower.max_inline_len),
-            auto_aof_rewrite_min_size: self
-                .auto_aof_rewrite_min_size
-                .or(lower.auto_aof_rewrite_min_size),
-            auto_aof_rewrite_percentage: self
-                .auto_aof_rewrite_percentage
-                .or(lower.auto_aof_rewrite_percentage),
-            shutdown_timeout_ms: self.shutdown_timeout_ms.or(lower.shutdown_timeout_ms),
-            worker_threads: self.worker_threads.or(lower.worker_threads),
-            max_idle_names: self.max_idle_names.or(lower.max_idle_names),
-            slowlog_log_slower_than: self
-                .slowlog_log_slower_than
-                .or(lower.slowlog_log_slower_than),
-            slowlog_max_len: self.slowlog_max_len.or(lower.slowlog_max_len),
-            latency_monitor_threshold: self
-                .latency_monitor_threshold
-                .or(lower.latency_monitor_threshold),
-            metrics_port: self.metrics_port.or(lower.metrics_port),
-            metrics_bind: self.metrics_bind.or(lower.metrics_bind),
-            console: self.console.or(lower.console),
-            hot_locks_capacity: self.hot_locks_capacity.or(lower.hot_locks_capacity),
-            notify_flock_events: self.notify_flock_events.or(lower.notify_flock_events),
-            client_output_buffer_limit_pubsub: self
-                .client_output_buffer_limit_pubsub
-                .or(lower.client_output_buffer_limit_pubsub),
-            tls_port: self.tls_port.or(lower.tls_port),
-            tls_only: self.tls_only.or(lower.tls_only),
-            tls_cert_file: self.tls_cert_file.or(lower.tls_cert_file),
-            tls_key_file: self.tls_key_file.or(lower.tls_key_file),
-            tls_ca_cert_file: self.tls_ca_cert_file.or(lower.tls_ca_cert_file),
-            tls_auth_clients: self.tls_auth_clients.or(lower.tls_auth_clients),
-            tls_protocols: self.tls_protocols.or(lower.tls_protocols),
-            aclfile: self.aclfile.or(lower.aclfile),
-            node_id: self.node_id.or(lower.node_id),
-            cluster_peers: self.cluster_peers.or(lower.cluster_peers),
-            cluster_heartbeat_ms: self.cluster_heartbeat_ms.or(lower.cluster_heartbeat_ms),
-            cluster_election_timeout_ms: self
-                .cluster_election_timeout_ms
-                .or(lower.cluster_election_timeout_ms),
-            cluster_wait_leader_ms: self.cluster_wait_leader_ms.or(lower.cluster_wait_leader_ms),
-            tls_cluster: self.tls_cluster.or(lower.tls_cluster),
-            sentinel_master_name: self.sentinel_master_name.or(lower.sentinel_master_name),
-            sentinel_port: self.sentinel_port.or(lower.sentinel_port),
-        }
-    }
-
     /// Layers flags and environment over the config file over the defaults, and validates.
     pub fn resolve(self) -> Result<Config, ConfigError> {
         let from_file = match &self.config {
@@ -661,11 +256,17 @@ impl Settings {
         self.or(from_file).validate()
     }
 
+    /// These settings over the key table's defaults, checked and turned into a configuration.
     fn validate(self) -> Result<Config, ConfigError> {
+        self.or(Settings::defaults()).checked()
+    }
+
+    /// Every value checked, in a fixed order (the first bad one is the error); keys without a
+    /// default may be `None`.
+    fn checked(self) -> Result<Config, ConfigError> {
         let tls = self.tls()?;
-        let defaults = Config::default();
         let bind = match self.bind {
-            None => defaults.bind,
+            None => return Err(ConfigError::NoDefault("bind")),
             Some(text) => text.parse().map_err(|_| ConfigError::Invalid {
                 key: "bind",
                 value: text,
@@ -673,7 +274,7 @@ impl Settings {
             })?,
         };
         let appendfsync = match self.appendfsync {
-            None => defaults.appendfsync,
+            None => return Err(ConfigError::NoDefault("appendfsync")),
             Some(text) => text.parse().map_err(|_| ConfigError::Invalid {
                 key: "appendfsync",
                 value: text,
@@ -681,7 +282,7 @@ impl Settings {
             })?,
         };
         let log_format = match self.log_format {
-            None => defaults.log_format,
+            None => return Err(ConfigError::NoDefault("log-format")),
             Some(text) => LogFormat::from_str(&text, true).map_err(|_| ConfigError::Invalid {
                 key: "log-format",
                 value: text,
@@ -689,7 +290,7 @@ impl Settings {
             })?,
         };
         let appendfilename = match self.appendfilename {
-            None => defaults.appendfilename,
+            None => return Err(ConfigError::NoDefault("appendfilename")),
             Some(name) if is_plain_file_name(&name) => name,
             Some(name) => {
                 return Err(ConfigError::Invalid {
@@ -740,7 +341,6 @@ impl Settings {
                 let heartbeat_ms = ranged(
                     "cluster-heartbeat-ms",
                     self.cluster_heartbeat_ms,
-                    100,
                     10,
                     60_000,
                     "10..=60000",
@@ -748,7 +348,6 @@ impl Settings {
                 let election_timeout_ms = ranged(
                     "cluster-election-timeout-ms",
                     self.cluster_election_timeout_ms,
-                    500,
                     50,
                     600_000,
                     "50..=600000",
@@ -792,7 +391,6 @@ impl Settings {
                     wait_leader_ms: ranged(
                         "cluster-wait-leader-ms",
                         self.cluster_wait_leader_ms,
-                        3000,
                         0,
                         3_600_000,
                         "0..=3600000",
@@ -811,7 +409,7 @@ impl Settings {
             }
         };
         let sentinel_master_name = match self.sentinel_master_name {
-            None => defaults.sentinel_master_name.clone(),
+            None => return Err(ConfigError::NoDefault("sentinel-master-name")),
             Some(name)
                 if !name.is_empty()
                     && name.len() <= 256
@@ -847,13 +445,12 @@ impl Settings {
             hot_locks_capacity: ranged(
                 "hot-locks-capacity",
                 self.hot_locks_capacity,
-                defaults.hot_locks_capacity as u64,
                 16,
                 1_000_000,
                 "16..=1000000",
             )? as usize,
             console: match self.console.as_deref() {
-                None => defaults.console,
+                None => return Err(ConfigError::NoDefault("console")),
                 Some("yes") => true,
                 Some("no") => false,
                 Some(other) => {
@@ -865,7 +462,7 @@ impl Settings {
                 }
             },
             notify_flock_events: match self.notify_flock_events.as_deref() {
-                None => defaults.notify_flock_events,
+                None => return Err(ConfigError::NoDefault("notify-flock-events")),
                 Some("on" | "yes") => true,
                 Some("off" | "no") => false,
                 Some(other) => {
@@ -879,7 +476,6 @@ impl Settings {
             client_output_buffer_limit_pubsub: ranged(
                 "client-output-buffer-limit-pubsub",
                 self.client_output_buffer_limit_pubsub,
-                defaults.client_output_buffer_limit_pubsub as u64,
                 1024,
                 1 << 40,
                 "1024..=1099511627776",
@@ -888,32 +484,18 @@ impl Settings {
             metrics_port,
             metrics_bind,
             bind,
-            port: ranged(
-                "port",
-                self.port.map(u64::from),
-                defaults.port.into(),
-                0,
-                65_535,
-                "0..=65535",
-            )? as u16,
-            dir: self.dir.unwrap_or(defaults.dir),
+            port: ranged("port", self.port.map(u64::from), 0, 65_535, "0..=65535")? as u16,
+            dir: self.dir.ok_or(ConfigError::NoDefault("dir"))?,
             appendfilename,
             appendfsync,
             requirepass,
-            maxclients: ranged(
-                "maxclients",
-                self.maxclients,
-                defaults.maxclients as u64,
-                1,
-                1_000_000,
-                "1..=1000000",
-            )? as usize,
+            maxclients: ranged("maxclients", self.maxclients, 1, 1_000_000, "1..=1000000")?
+                as usize,
             log_format,
-            log_level: self.log_level.unwrap_or(defaults.log_level),
+            log_level: self.log_level.ok_or(ConfigError::NoDefault("log-level"))?,
             max_name_bytes: ranged(
                 "max-name-bytes",
                 self.max_name_bytes,
-                1024,
                 1,
                 1 << 20,
                 "1..=1048576",
@@ -921,7 +503,6 @@ impl Settings {
             max_lease_ms: ranged(
                 "max-lease-ms",
                 self.max_lease_ms,
-                defaults.max_lease_ms,
                 1,
                 1 << 40,
                 "1..=1099511627776",
@@ -929,7 +510,6 @@ impl Settings {
             max_wait_ms: ranged(
                 "max-wait-ms",
                 self.max_wait_ms,
-                defaults.max_wait_ms,
                 0,
                 1 << 40,
                 "0..=1099511627776",
@@ -937,7 +517,6 @@ impl Settings {
             proto_max_bulk_len: ranged(
                 "proto-max-bulk-len",
                 self.proto_max_bulk_len,
-                defaults.proto_max_bulk_len as u64,
                 1024,
                 1 << 32,
                 "1024..=4294967296",
@@ -945,23 +524,14 @@ impl Settings {
             client_query_buffer_limit: ranged(
                 "client-query-buffer-limit",
                 self.client_query_buffer_limit,
-                defaults.client_query_buffer_limit as u64,
                 1024 * 1024,
                 1 << 34,
                 "1048576..=17179869184",
             )? as usize,
-            max_args: ranged(
-                "max-args",
-                self.max_args,
-                defaults.max_args as u64,
-                16,
-                1 << 27,
-                "16..=134217728",
-            )? as usize,
+            max_args: ranged("max-args", self.max_args, 16, 1 << 27, "16..=134217728")? as usize,
             max_inline_len: ranged(
                 "max-inline-len",
                 self.max_inline_len,
-                defaults.max_inline_len as u64,
                 256,
                 1 << 30,
                 "256..=1073741824",
@@ -969,7 +539,6 @@ impl Settings {
             auto_aof_rewrite_min_size: ranged(
                 "auto-aof-rewrite-min-size",
                 self.auto_aof_rewrite_min_size,
-                defaults.auto_aof_rewrite_min_size,
                 0,
                 u64::MAX,
                 "any size in bytes",
@@ -977,7 +546,6 @@ impl Settings {
             auto_aof_rewrite_percentage: ranged(
                 "auto-aof-rewrite-percentage",
                 self.auto_aof_rewrite_percentage,
-                defaults.auto_aof_rewrite_percentage,
                 0,
                 1_000_000,
                 "0..=1000000 (0 disables)",
@@ -985,29 +553,21 @@ impl Settings {
             shutdown_timeout_ms: ranged(
                 "shutdown-timeout-ms",
                 self.shutdown_timeout_ms,
-                defaults.shutdown_timeout_ms,
                 0,
                 3_600_000,
                 "0..=3600000",
             )?,
-            worker_threads: ranged(
-                "worker-threads",
-                self.worker_threads,
-                0,
-                0,
-                1024,
-                "0..=1024",
-            )? as usize,
+            worker_threads: ranged("worker-threads", self.worker_threads, 0, 1024, "0..=1024")?
+                as usize,
             max_idle_names: ranged(
                 "max-idle-names",
                 self.max_idle_names,
-                defaults.max_idle_names as u64,
                 0,
                 1 << 40,
                 "0..=1099511627776 (0: no bound)",
             )? as usize,
             slowlog_log_slower_than: match self.slowlog_log_slower_than {
-                None => defaults.slowlog_log_slower_than,
+                None => return Err(ConfigError::NoDefault("slowlog-log-slower-than")),
                 Some(v) if v >= -1 => v,
                 Some(v) => {
                     return Err(ConfigError::Invalid {
@@ -1020,7 +580,6 @@ impl Settings {
             slowlog_max_len: ranged(
                 "slowlog-max-len",
                 self.slowlog_max_len,
-                defaults.slowlog_max_len as u64,
                 0,
                 1_000_000,
                 "0..=1000000",
@@ -1028,7 +587,6 @@ impl Settings {
             latency_monitor_threshold: ranged(
                 "latency-monitor-threshold",
                 self.latency_monitor_threshold,
-                defaults.latency_monitor_threshold,
                 0,
                 i64::MAX as u64,
                 "0 (off) or milliseconds",
@@ -1089,7 +647,7 @@ impl Settings {
             })?,
         };
         let protocols = match &self.tls_protocols {
-            None => vec![Protocol::Tls12, Protocol::Tls13],
+            None => return Err(ConfigError::NoDefault("tls-protocols")),
             Some(text) => Protocol::parse_list(text).map_err(|_| ConfigError::Invalid {
                 key: "tls-protocols",
                 value: text.clone(),
@@ -1140,20 +698,19 @@ fn optional_port(
     allowed: &'static str,
 ) -> Result<Option<u16>, ConfigError> {
     value
-        .map(|p| ranged(key, Some(u64::from(p)), 0, 0, 65_535, allowed).map(|p| p as u16))
+        .map(|p| ranged(key, Some(u64::from(p)), 0, 65_535, allowed).map(|p| p as u16))
         .transpose()
 }
 
 fn ranged(
     key: &'static str,
     value: Option<u64>,
-    default: u64,
     min: u64,
     max: u64,
     allowed: &'static str,
 ) -> Result<u64, ConfigError> {
     match value {
-        None => Ok(default),
+        None => Err(ConfigError::NoDefault(key)),
         Some(v) if (min..=max).contains(&v) => Ok(v),
         Some(v) => Err(ConfigError::Invalid {
             key,

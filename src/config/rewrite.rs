@@ -175,6 +175,38 @@ mod tests {
     }
 
     #[test]
+    fn every_file_key_is_rewritten_as_the_file_types_it() {
+        // A file holding every key at its running value is left as it is, and reads back as the
+        // same configuration: REWRITE knows each key and writes it with the file's type.
+        let config = Config {
+            requirepass: Some("007".into()),
+            metrics_port: Some(9390),
+            ..Config::default()
+        };
+        let mut full = String::new();
+        for (key, running) in config.entries() {
+            // An unset key (no metrics port, no cluster) has no line to write.
+            if !is_file_key(key) || running.is_empty() {
+                continue;
+            }
+            let item = match typed_setting(key, &running) {
+                Ok((_, FileType::Integer)) => running.clone(),
+                Ok((_, FileType::String)) => format!("{running:?}"),
+                Err(e) => panic!("{key} = {running:?}: {e}"),
+            };
+            full.push_str(&format!("{key} = {item}\n"));
+        }
+        assert_eq!(rewritten(&full, &config).unwrap(), full);
+        let settings: super::super::Settings = toml::from_str(&full).unwrap();
+        assert_eq!(settings.validate().unwrap(), config);
+        // And from an empty file, only what differs from the defaults is written.
+        assert_eq!(
+            rewritten("", &config).unwrap(),
+            "requirepass = \"007\"\nmetrics-port = 9390\n"
+        );
+    }
+
+    #[test]
     fn no_file_no_rewrite() {
         assert!(matches!(
             rewrite(&Config::default()),
