@@ -58,7 +58,7 @@ impl AclState {
 
     /// An ACL LOG entry for `username` (the one tried, for a failed AUTH).
     pub fn record(&self, conn: &ConnState, username: &str, reason: Denial, object: &str) {
-        let context = if conn.transaction.is_some() {
+        let context = if conn.in_transaction {
             "multi"
         } else {
             "toplevel"

@@ -23,6 +23,7 @@ pub mod propose;
 pub mod pubsub;
 pub mod reconfigure;
 mod sentinel;
+mod session;
 pub mod stats;
 mod stopping;
 mod waiters;
