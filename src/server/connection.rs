@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use flockd_core::{Op, OpResult};
-use flockd_proto::{ProtocolError, ProtocolVersion, Reply, Request, RequestParser, encode};
+use flockd_core::Op;
+use flockd_proto::{ProtocolError, Reply, Request, RequestParser, encode};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
@@ -23,6 +23,7 @@ use super::admission::{self, Admitted};
 use super::clients::ClientHandle;
 use super::context::{ConnState, Ctx, Proposal};
 use super::propose::Pending;
+use super::replies::{PendingReply, ReplySlot, approx_encoded_len, reply_to};
 use super::session::{Session, next_message};
 use super::{PREAUTH_LIMITS, PREAUTH_QUERY_BUFFER, Shared, stats};
 use crate::commands::{CommandError, Execution};
@@ -38,26 +39,6 @@ const FLUSH_AFTER_BYTES: usize = 64 * 1024;
 pub(super) const READ_CHUNK: usize = 16 * 1024;
 /// The most argument bytes one batch of gathered ops holds before it is proposed.
 const BATCH_BYTES: usize = 1024 * 1024;
-
-/// A reply in the making.
-enum ReplySlot {
-    Ready(Reply),
-    /// A state command's op on its way through the log, in batch `batch` (an index into the
-    /// connection's `proposals`); its result is that batch's next one.
-    Proposed {
-        batch: usize,
-        reply: fn(OpResult) -> Result<Reply, CommandError>,
-        command: usize,
-        started: Instant,
-        args: Option<stats::SlowArgs>,
-    },
-}
-
-struct PendingReply {
-    slot: ReplySlot,
-    /// HELLO can switch the protocol mid-batch; each reply goes out in the one it was made in.
-    protocol: ProtocolVersion,
-}
 
 pub(super) struct Connection<S> {
     pub(super) shared: Arc<Shared>,
@@ -373,51 +354,4 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         }
         Ok(())
     }
-}
-
-/// The reply of a state command from the outcome of its proposal. Its time in commandstats runs
-/// from admission to the result: the log's latency is part of what the command costs (and of
-/// what the slow log and the latency monitor see, given the command's arguments in `slow`).
-pub(super) fn reply_to(
-    shared: &Shared,
-    command: usize,
-    started: Instant,
-    outcome: Result<OpResult, CommandError>,
-    reply: fn(OpResult) -> Result<Reply, CommandError>,
-    slow: Option<(&stats::SlowArgs, &ClientHandle)>,
-) -> Reply {
-    let stat = &shared.stats.commands[command];
-    stats::account_call(shared, command, started, slow);
-    outcome
-        .and_then(reply)
-        .unwrap_or_else(|e| Reply::error(stats::failed(stat, &e)))
-}
-
-/// Roughly the wire size of a reply (headers counted generously), walked without recursion.
-fn approx_encoded_len(reply: &Reply) -> usize {
-    match reply {
-        Reply::Array(_) | Reply::Set(_) | Reply::Push(_) | Reply::Map(_) => {}
-        // Most replies: no walk, and no stack to allocate for one.
-        Reply::Simple(text) | Reply::Error(text) => return 16 + text.len(),
-        Reply::Bulk(data) | Reply::Verbatim(data) => return 16 + data.len(),
-        _ => return 16,
-    }
-    let mut total = 0usize;
-    let mut stack = vec![reply];
-    while let Some(reply) = stack.pop() {
-        total = total.saturating_add(16);
-        match reply {
-            Reply::Simple(text) | Reply::Error(text) => total = total.saturating_add(text.len()),
-            Reply::Bulk(data) | Reply::Verbatim(data) => total = total.saturating_add(data.len()),
-            Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => stack.extend(items),
-            Reply::Map(pairs) => {
-                for (key, value) in pairs {
-                    stack.push(key);
-                    stack.push(value);
-                }
-            }
-            _ => {}
-        }
-    }
-    total
 }

@@ -22,6 +22,7 @@ pub mod monitor;
 pub mod propose;
 pub mod pubsub;
 pub mod reconfigure;
+mod replies;
 mod sentinel;
 mod session;
 pub mod stats;

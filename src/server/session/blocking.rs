@@ -9,13 +9,14 @@ use flockd_core::{Op, OpResult, WaitId};
 use flockd_proto::Reply;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
-use super::super::connection::{Connection, Next, READ_CHUNK, reply_to};
-use super::super::context::Proposal;
-use super::super::hot::Contention;
-use super::super::propose::{ProposeError, commit};
-use super::super::stats;
-use super::super::waiters::Grant;
 use crate::commands::{Blocking, BlockingHook, CommandError};
+use crate::server::connection::{Connection, Next, READ_CHUNK};
+use crate::server::context::Proposal;
+use crate::server::hot::Contention;
+use crate::server::propose::{ProposeError, commit};
+use crate::server::replies::reply_to;
+use crate::server::stats;
+use crate::server::waiters::Grant;
 
 enum Parked {
     Answered(Reply),

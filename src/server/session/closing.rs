@@ -4,9 +4,9 @@
 use bytes::Bytes;
 use tracing::warn;
 
-use super::super::connection::Connection;
-use super::super::propose::commit;
 use crate::commands::{end_session, unsubscribe};
+use crate::server::connection::Connection;
+use crate::server::propose::commit;
 
 impl<S> Connection<S> {
     /// Remembers the names a proposal holds for the connection's session, to end at close.

@@ -7,11 +7,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::broadcast::error::RecvError;
 use tracing::debug;
 
-use super::super::connection::{Connection, Next, READ_CHUNK};
-use super::super::context::{Ctx, Outcome};
-use super::super::{PREAUTH_QUERY_BUFFER, stats};
 use crate::commands::LocalCommand;
 use crate::commands::reset::Reset;
+use crate::server::connection::{Connection, Next, READ_CHUNK};
+use crate::server::context::{Ctx, Outcome};
+use crate::server::{PREAUTH_QUERY_BUFFER, stats};
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// Sends MONITOR's reply `ok`, then serves the feed until the mode ends.

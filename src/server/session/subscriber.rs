@@ -7,8 +7,8 @@ use flockd_proto::ProtocolVersion;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::super::connection::{Connection, FLUSH_AFTER_REPLIES};
-use super::super::pubsub::Delivery;
+use crate::server::connection::{Connection, FLUSH_AFTER_REPLIES};
+use crate::server::pubsub::Delivery;
 
 /// How long a subscriber's messages may wait to be written together.
 const MESSAGE_COALESCING: Duration = Duration::from_millis(1);

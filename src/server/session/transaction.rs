@@ -10,11 +10,12 @@ use flockd_core::OpResult;
 use flockd_proto::Reply;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::super::connection::{Connection, Next, reply_to};
-use super::super::context::{Ctx, Outcome, Proposal};
-use super::super::propose::{ProposeError, commit};
-use super::super::stats;
 use crate::commands::{Command, CommandError, Execution, TABLE, multi};
+use crate::server::connection::{Connection, Next};
+use crate::server::context::{Ctx, Outcome, Proposal};
+use crate::server::propose::{ProposeError, commit};
+use crate::server::replies::reply_to;
+use crate::server::stats;
 
 /// The commands queued between MULTI and EXEC.
 #[derive(Default)]
