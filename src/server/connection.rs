@@ -24,7 +24,7 @@ use super::clients::ClientHandle;
 use super::context::{ConnState, Ctx, Proposal};
 use super::propose::Pending;
 use super::replies::{PendingReply, ReplySlot, approx_encoded_len, reply_to};
-use super::session::{Session, next_message};
+use super::session::Session;
 use super::{PREAUTH_LIMITS, PREAUTH_QUERY_BUFFER, Shared, stats};
 use crate::commands::{CommandError, Execution};
 
@@ -130,14 +130,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             // While a stopping leader drains, a connection between commands is closed, so its
             // client finds the new leader through its sentinels before its next command.
             let idle = self.input.is_empty() && self.pending.is_empty() && self.session.idle();
-            let inbox = &mut self.conn.subscriptions.inbox;
+            let subscriptions = &mut self.conn.subscriptions;
             let delivery = tokio::select! {
                 read = self.stream.read_buf(&mut self.input) => {
                     let n = read?;
                     stats::bump(&shared.stats.net_input_bytes, n as u64);
                     return Ok(n);
                 }
-                delivery = next_message(inbox) => delivery,
+                delivery = subscriptions.next_delivery() => delivery,
                 _ = shared.shutdown.cancelled() => return Ok(0),
                 _ = shared.draining.cancelled(), if idle => return Ok(0),
                 _ = handle.kill.cancelled() => return Ok(0),

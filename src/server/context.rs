@@ -75,6 +75,14 @@ impl Subscriptions {
     pub fn active(&self) -> bool {
         self.count() > 0
     }
+
+    /// The next batch of messages published to the connection; never, if it has not subscribed.
+    pub async fn next_delivery(&mut self) -> Option<Delivery> {
+        match &mut self.inbox {
+            Some(inbox) => inbox.recv().await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 pub struct Ctx<'a> {

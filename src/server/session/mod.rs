@@ -1,29 +1,23 @@
 //! What a connection does besides moving requests and replies, one job per file: a transaction
 //! (MULTI ... EXEC), a blocking wait (FLOCK.ACQUIRE ... WAIT), monitor mode, pub/sub delivery,
-//! closing while a stopping leader drains, and what a closing connection ends. Each is a part of
-//! [`super::connection::Connection`] that the connection calls into, as the outcome of a command
-//! says ([`Connection::follow`]); the ops they need are built by the commands that own them.
+//! and what a closing connection ends; `outcome.rs` says which a command's outcome asks for.
+//! Each is a part of `server::connection::Connection`, which calls into them; the ops they
+//! need are built by the commands that own them. Here: what the session keeps, and closing
+//! while a stopping leader drains.
 
 mod blocking;
 mod closing;
-mod draining;
 mod monitor;
+mod outcome;
 mod subscriber;
 mod transaction;
 
 use std::collections::BTreeSet;
 
 use bytes::Bytes;
-use flockd_proto::Reply;
-use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::Shared;
-use super::connection::{Connection, Next};
-use super::context::{CommandResult, Outcome};
-use super::stats;
-
-pub(super) use subscriber::next_message;
-use transaction::Transaction;
+use crate::commands::{Command, TABLE};
 
 /// What a connection keeps beyond its commands' view.
 pub(super) struct Session {
@@ -39,6 +33,15 @@ pub(super) struct Session {
     worked: bool,
 }
 
+/// The commands queued between MULTI and EXEC (see `transaction.rs`).
+#[derive(Default)]
+struct Transaction {
+    /// (table index, command), in order.
+    queued: Vec<(usize, Command)>,
+    /// A command failed to queue: EXEC aborts.
+    failed: bool,
+}
+
 impl Session {
     pub(super) fn new(shared: &Shared) -> Session {
         Session {
@@ -50,46 +53,33 @@ impl Session {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
-    /// Does what a local command's outcome says.
-    pub(super) async fn follow(
-        &mut self,
-        index: usize,
-        result: CommandResult,
-    ) -> std::io::Result<Next> {
-        match result {
-            Ok(Outcome::Reply(reply)) => self.push_ready(reply),
-            Ok(Outcome::ReplyAndClose(reply)) => {
-                self.push_ready(reply);
-                return Ok(Next::Close);
-            }
-            // The replies of commands before it in the batch still go out.
-            Ok(Outcome::Close) => return Ok(Next::Close),
-            Ok(Outcome::Replies(replies)) => {
-                for reply in replies {
-                    self.push_ready(reply);
-                }
-            }
-            Ok(Outcome::Await(finishing)) => {
-                self.resolve().await;
-                let reply = finishing.await;
-                self.push_ready(reply);
-            }
-            Ok(Outcome::BeginTransaction) => {
-                self.begin_transaction();
-                self.push_ready(Reply::ok());
-            }
-            Ok(Outcome::Exec) => return self.exec(index).await,
-            Ok(Outcome::Discard(reply)) => {
-                self.discard_transaction();
-                self.push_ready(reply);
-            }
-            Ok(Outcome::Monitor(reply)) => return self.monitor(reply).await,
-            Err(e) => {
-                let stat = &self.shared.stats.commands[index];
-                self.push_ready(Reply::error(stats::failed(stat, &e)));
-            }
+/// What client libraries send while they set a connection up, before the work it is for.
+fn is_setup(name: &str) -> bool {
+    matches!(
+        name,
+        "hello"
+            | "auth"
+            | "client"
+            | "select"
+            | "ping"
+            | "echo"
+            | "command"
+            | "readonly"
+            | "readwrite"
+    )
+}
+
+impl Session {
+    /// The command at `index` is about to run.
+    pub(super) fn worked_on(&mut self, index: usize) {
+        if !self.worked && !is_setup(TABLE[index].name) {
+            self.worked = true;
         }
-        Ok(Next::Continue)
+    }
+
+    /// Whether a drain may close the connection now, as far as its session goes (the
+    /// connection also has no input or replies pending).
+    pub(super) fn idle(&self) -> bool {
+        self.transaction.is_none() && (!self.joined_while_draining || self.worked)
     }
 }

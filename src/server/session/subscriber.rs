@@ -5,23 +5,12 @@ use std::time::Duration;
 
 use flockd_proto::ProtocolVersion;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::server::connection::{Connection, FLUSH_AFTER_REPLIES};
 use crate::server::pubsub::Delivery;
 
 /// How long a subscriber's messages may wait to be written together.
 const MESSAGE_COALESCING: Duration = Duration::from_millis(1);
-
-/// The next message for a subscribed connection; never, for one that is not.
-pub(in crate::server) async fn next_message(
-    inbox: &mut Option<UnboundedReceiver<Delivery>>,
-) -> Option<Delivery> {
-    match inbox {
-        Some(inbox) => inbox.recv().await,
-        None => std::future::pending().await,
-    }
-}
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// Writes `delivery` and what else comes within [`MESSAGE_COALESCING`]; false if the

@@ -10,21 +10,13 @@ use flockd_core::OpResult;
 use flockd_proto::Reply;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::Transaction;
 use crate::commands::{Command, CommandError, Execution, TABLE, multi};
 use crate::server::connection::{Connection, Next};
 use crate::server::context::{Ctx, Outcome, Proposal};
 use crate::server::propose::{ProposeError, commit};
 use crate::server::replies::reply_to;
 use crate::server::stats;
-
-/// The commands queued between MULTI and EXEC.
-#[derive(Default)]
-pub(super) struct Transaction {
-    /// (table index, command), in order.
-    queued: Vec<(usize, Command)>,
-    /// A command failed to queue: EXEC aborts.
-    failed: bool,
-}
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// MULTI: the commands that follow are queued.
