@@ -10,6 +10,7 @@ use crate::server::propose::commit;
 
 impl<S> Connection<S> {
     /// Remembers the names a proposal holds for the connection's session, to end at close.
+    #[inline]
     pub(in crate::server) fn hold_for_session(&mut self, names: &mut Vec<Bytes>) {
         if !names.is_empty() {
             self.session.holdings.extend(names.drain(..));

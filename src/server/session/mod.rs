@@ -71,6 +71,7 @@ fn is_setup(name: &str) -> bool {
 
 impl Session {
     /// The command at `index` is about to run.
+    #[inline]
     pub(super) fn worked_on(&mut self, index: usize) {
         if !self.worked && !is_setup(TABLE[index].name) {
             self.worked = true;

@@ -39,6 +39,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     }
 
     /// Whether the command at `index` is queued rather than run, inside MULTI.
+    #[inline]
     pub(in crate::server) fn queues(&self, index: usize) -> bool {
         self.session.transaction.is_some() && !multi::runs_inside_multi(TABLE[index].name)
     }
