@@ -117,8 +117,8 @@ pub struct Blocking {
 pub struct BlockingHook {
     /// The wait the op's result is queued as, if it queued.
     pub queued: fn(&OpResult) -> Option<WaitId>,
-    /// The op that ends wait `WaitId` of the command's op; with `true` it also gives back a
-    /// grant that won the race (the client is gone).
+    /// The op that takes a wait of the command's op out of its queue; with `true` it also
+    /// gives back a grant that won the race (the client is gone).
     pub cancel: fn(&Op, WaitId, bool) -> Op,
     /// The reply to the result of that cancel: the grant that won the race, or `nothing`.
     pub cancelled: fn(OpResult) -> Reply,
