@@ -33,7 +33,7 @@ impl CommandDef for FenceGet {
 }
 
 impl StateCommand for FenceGet {
-    fn into_op(self) -> Op {
+    fn into_op(self, _client_id: u64) -> Op {
         Op::Read(Read::FenceGet { key: self.key })
     }
 

@@ -64,7 +64,7 @@ impl CommandDef for FenceSet {
 }
 
 impl StateCommand for FenceSet {
-    fn into_op(self) -> Op {
+    fn into_op(self, _client_id: u64) -> Op {
         Op::FenceSet {
             key: self.key,
             token: self.token,

@@ -33,7 +33,7 @@ impl CommandDef for FenceToken {
 }
 
 impl StateCommand for FenceToken {
-    fn into_op(self) -> Op {
+    fn into_op(self, _client_id: u64) -> Op {
         Op::Read(Read::FenceToken { key: self.key })
     }
 

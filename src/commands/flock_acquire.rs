@@ -3,10 +3,13 @@
 //! not admitted (at once, or after WAIT ms in the FIFO queue).
 
 use bytes::Bytes;
-use flockd_core::{AcquireResult, Mode, Op, OpResult, THIS_SESSION, Terms};
+use flockd_core::{AcquireResult, CancelResult, Mode, Op, OpResult, Terms, WaitId};
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
+use super::{
+    Args, Blocking, BlockingHook, CommandDef, CommandError, CommandFlags, Meta, StateCommand,
+    unexpected,
+};
 
 #[derive(Debug)]
 pub struct FlockAcquire {
@@ -14,8 +17,50 @@ pub struct FlockAcquire {
     lease_ms: u64,
     wait_ms: u64,
     owner: Option<Bytes>,
+    /// The terms but the session, which is the connection's (SESSION).
     terms: Terms,
+    session: bool,
 }
+
+/// The op that ends the SESSION holdings of connection `client_id` on `names` when it closes.
+pub fn end_session(client_id: u64, names: Vec<Bytes>) -> Op {
+    Op::EndSession {
+        session: client_id,
+        names,
+    }
+}
+
+/// The terms with the session of connection `client_id` if the command asked for SESSION.
+pub(super) fn with_session(terms: Terms, session: bool, client_id: u64) -> Terms {
+    Terms {
+        session: session.then_some(client_id),
+        ..terms
+    }
+}
+
+/// A queued FLOCK.ACQUIRE: parked by the connection until the grant comes or the wait ends; a
+/// wait that ends with no grant is null, like a busy lock.
+static WAIT: BlockingHook = BlockingHook {
+    queued: |result| match result {
+        OpResult::Acquire(AcquireResult::Queued(wait)) => Some(*wait),
+        _ => None,
+    },
+    cancel: |op: &Op, wait: WaitId, release_if_granted| Op::CancelWait {
+        name: op.key().cloned().unwrap_or_default(),
+        wait,
+        release_if_granted,
+    },
+    cancelled: |result| match result {
+        OpResult::CancelWait(CancelResult::AlreadyGranted(token)) => Reply::Integer(token as i64),
+        _ => Reply::Null,
+    },
+    nothing: || Reply::Null,
+    granted: |tokens| {
+        tokens
+            .first()
+            .map_or(Reply::Null, |&t| Reply::Integer(t as i64))
+    },
+};
 
 /// The options FLOCK.ACQUIRE and FLOCK.ACQUIREALL share, each at most once.
 #[derive(Default)]
@@ -74,10 +119,11 @@ impl AcquireOptions {
         Ok(o)
     }
 
+    /// The terms but the session (see [`with_session`]).
     pub fn terms(&self) -> Terms {
         Terms {
             mode: self.mode.unwrap_or_default(),
-            session: self.session.then_some(THIS_SESSION),
+            session: None,
             lock_delay_ms: self.lock_delay_ms.unwrap_or(0),
         }
     }
@@ -114,28 +160,42 @@ impl CommandDef for FlockAcquire {
             lease_ms,
             wait_ms: options.wait_ms.unwrap_or(0),
             terms: options.terms(),
+            session: options.session,
             owner: options.owner,
         })
     }
 }
 
 impl StateCommand for FlockAcquire {
-    fn wait_ms(&self) -> u64 {
-        self.wait_ms
-    }
-
-    fn into_op(self) -> Op {
+    fn into_op(self, client_id: u64) -> Op {
         Op::Acquire {
             name: self.name,
             lease_ms: self.lease_ms,
             owner: self.owner,
             wait: self.wait_ms > 0,
-            terms: self.terms,
+            terms: with_session(self.terms, self.session, client_id),
         }
     }
 
-    /// A queued acquire is parked by the connection until the grant comes or the wait ends; a
-    /// wait that ended with no grant is null, like a busy lock.
+    fn into_transaction_op(mut self, client_id: u64) -> Op {
+        self.wait_ms = 0;
+        self.into_op(client_id)
+    }
+
+    fn blocking(&self) -> Option<Blocking> {
+        (self.wait_ms > 0).then_some(Blocking {
+            wait_ms: self.wait_ms,
+            hook: &WAIT,
+        })
+    }
+
+    fn session_names(&self) -> Vec<Bytes> {
+        match self.session {
+            true => vec![self.name.clone()],
+            false => Vec::new(),
+        }
+    }
+
     fn reply(result: OpResult) -> Result<Reply, CommandError> {
         match result {
             OpResult::Acquire(AcquireResult::Granted(token)) => Ok(Reply::Integer(token as i64)),

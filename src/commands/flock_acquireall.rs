@@ -4,11 +4,14 @@
 //! busy name can starve it.
 
 use bytes::Bytes;
-use flockd_core::{AcquireAllResult, Op, OpResult, Terms};
+use flockd_core::{AcquireAllResult, CancelAllResult, Op, OpResult, Terms, WaitId};
 use flockd_proto::Reply;
 
-use super::flock_acquire::AcquireOptions;
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
+use super::flock_acquire::{AcquireOptions, with_session};
+use super::{
+    Args, Blocking, BlockingHook, CommandDef, CommandError, CommandFlags, Meta, StateCommand,
+    unexpected,
+};
 
 /// The most names one FLOCK.ACQUIREALL takes.
 pub const MAX_NAMES: u64 = 64;
@@ -19,7 +22,9 @@ pub struct FlockAcquireAll {
     lease_ms: u64,
     wait_ms: u64,
     owner: Option<Bytes>,
+    /// The terms but the session, which is the connection's (SESSION).
     terms: Terms,
+    session: bool,
 }
 
 /// The names are arguments 2 to 1 + numnames (argument 1 is numnames).
@@ -33,9 +38,32 @@ fn name_keys(args: &[Bytes]) -> Vec<usize> {
 }
 
 /// The reply to a grant of several names: their tokens, in the order of the names.
-pub fn tokens_reply(tokens: &[u64]) -> Reply {
+fn tokens_reply(tokens: &[u64]) -> Reply {
     Reply::Array(tokens.iter().map(|&t| Reply::Integer(t as i64)).collect())
 }
+
+/// A queued FLOCK.ACQUIREALL: parked by the connection until every name is granted or the
+/// wait ends; a wait that ends with no grant is a null array.
+static WAIT: BlockingHook = BlockingHook {
+    queued: |result| match result {
+        OpResult::AcquireAll(AcquireAllResult::Queued(wait)) => Some(*wait),
+        _ => None,
+    },
+    cancel: |op: &Op, wait: WaitId, release_if_granted| Op::CancelWaitAll {
+        names: match op {
+            Op::AcquireAll { names, .. } => names.clone(),
+            _ => Vec::new(),
+        },
+        wait,
+        release_if_granted,
+    },
+    cancelled: |result| match result {
+        OpResult::CancelWaitAll(CancelAllResult::AlreadyGranted(tokens)) => tokens_reply(&tokens),
+        _ => Reply::NullArray,
+    },
+    nothing: || Reply::NullArray,
+    granted: tokens_reply,
+};
 
 impl CommandDef for FlockAcquireAll {
     const META: Meta = Meta {
@@ -80,23 +108,39 @@ impl CommandDef for FlockAcquireAll {
             lease_ms,
             wait_ms: options.wait_ms.unwrap_or(0),
             terms: options.terms(),
+            session: options.session,
             owner: options.owner,
         })
     }
 }
 
 impl StateCommand for FlockAcquireAll {
-    fn wait_ms(&self) -> u64 {
-        self.wait_ms
-    }
-
-    fn into_op(self) -> Op {
+    fn into_op(self, client_id: u64) -> Op {
         Op::AcquireAll {
             names: self.names,
             lease_ms: self.lease_ms,
             owner: self.owner,
             wait: self.wait_ms > 0,
-            terms: self.terms,
+            terms: with_session(self.terms, self.session, client_id),
+        }
+    }
+
+    fn into_transaction_op(mut self, client_id: u64) -> Op {
+        self.wait_ms = 0;
+        self.into_op(client_id)
+    }
+
+    fn blocking(&self) -> Option<Blocking> {
+        (self.wait_ms > 0).then_some(Blocking {
+            wait_ms: self.wait_ms,
+            hook: &WAIT,
+        })
+    }
+
+    fn session_names(&self) -> Vec<Bytes> {
+        match self.session {
+            true => self.names.clone(),
+            false => Vec::new(),
         }
     }
 

@@ -38,7 +38,7 @@ impl CommandDef for FlockAdvance {
 }
 
 impl StateCommand for FlockAdvance {
-    fn into_op(self) -> Op {
+    fn into_op(self, _client_id: u64) -> Op {
         Op::Advance {
             name: self.name,
             token: self.token,

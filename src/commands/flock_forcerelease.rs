@@ -36,7 +36,7 @@ impl CommandDef for FlockForceRelease {
 }
 
 impl StateCommand for FlockForceRelease {
-    fn into_op(self) -> Op {
+    fn into_op(self, _client_id: u64) -> Op {
         Op::ForceRelease { name: self.name }
     }
 

@@ -35,7 +35,7 @@ impl CommandDef for FlockHolders {
 }
 
 impl StateCommand for FlockHolders {
-    fn into_op(self) -> Op {
+    fn into_op(self, _client_id: u64) -> Op {
         Op::Read(Read::Holders { name: self.name })
     }
 

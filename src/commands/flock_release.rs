@@ -35,7 +35,7 @@ impl CommandDef for FlockRelease {
 }
 
 impl StateCommand for FlockRelease {
-    fn into_op(self) -> Op {
+    fn into_op(self, _client_id: u64) -> Op {
         Op::Release {
             name: self.name,
             token: self.token,

@@ -37,7 +37,7 @@ impl CommandDef for FlockRenew {
 }
 
 impl StateCommand for FlockRenew {
-    fn into_op(self) -> Op {
+    fn into_op(self, _client_id: u64) -> Op {
         Op::Renew {
             name: self.name,
             token: self.token,

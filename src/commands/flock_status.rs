@@ -35,7 +35,7 @@ impl CommandDef for FlockStatus {
 }
 
 impl StateCommand for FlockStatus {
-    fn into_op(self) -> Op {
+    fn into_op(self, _client_id: u64) -> Op {
         Op::Read(Read::Status { name: self.name })
     }
 

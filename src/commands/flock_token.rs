@@ -33,7 +33,7 @@ impl CommandDef for FlockToken {
 }
 
 impl StateCommand for FlockToken {
-    fn into_op(self) -> Op {
+    fn into_op(self, _client_id: u64) -> Op {
         Op::Read(Read::Token { name: self.name })
     }
 

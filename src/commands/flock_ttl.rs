@@ -33,7 +33,7 @@ impl CommandDef for FlockTtl {
 }
 
 impl StateCommand for FlockTtl {
-    fn into_op(self) -> Op {
+    fn into_op(self, _client_id: u64) -> Op {
         Op::Read(Read::Ttl { name: self.name })
     }
 

@@ -32,7 +32,7 @@ mod fence_set;
 mod fence_token;
 mod flock_acquire;
 mod flock_acquireall;
-pub use flock_acquireall::tokens_reply;
+pub use flock_acquire::end_session;
 mod flock_advance;
 mod flock_cluster;
 mod flock_forcerelease;
@@ -73,7 +73,7 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use flockd_core::{Op, OpResult};
+use flockd_core::{Op, OpResult, WaitId};
 pub use flockd_proto::printable;
 
 use crate::server::context::{CommandResult, Ctx, Outcome, Proposal};
@@ -89,13 +89,47 @@ pub trait CommandDef: Sized {
 
 /// A command that changes state: it says which op, and how to answer from its result.
 pub trait StateCommand: CommandDef {
-    /// How long the command blocks when its op queues (only FLOCK.ACQUIRE ... WAIT does).
-    fn wait_ms(&self) -> u64 {
-        0
+    /// The op, for the connection `client_id` (what SESSION binds a holding to).
+    fn into_op(self, client_id: u64) -> Op;
+    /// The op inside a transaction, where nothing blocks (as BLPOP inside MULTI does not).
+    fn into_transaction_op(self, client_id: u64) -> Op {
+        self.into_op(client_id)
     }
-    fn into_op(self) -> Op;
     /// The reply to the result of applying the op. Errors become error replies.
     fn reply(result: OpResult) -> Result<Reply, CommandError>;
+    /// Whether and how the command blocks when its op queues (only FLOCK.ACQUIRE and
+    /// FLOCK.ACQUIREALL with WAIT do).
+    fn blocking(&self) -> Option<Blocking> {
+        None
+    }
+    /// The names the op holds for its connection's session (SESSION): they end when the
+    /// connection closes ([`end_session`]).
+    fn session_names(&self) -> Vec<Bytes> {
+        Vec::new()
+    }
+}
+
+/// A state command that blocks when its op queues, like BLPOP: for how long, and how.
+#[derive(Clone, Copy)]
+pub struct Blocking {
+    pub wait_ms: u64,
+    pub hook: &'static BlockingHook,
+}
+
+/// What the connection's blocking code asks of a blocking command, so that it names no op or
+/// result of its own: whether the op queued, how to leave the queue, and the replies.
+pub struct BlockingHook {
+    /// The wait the op's result is queued as, if it queued.
+    pub queued: fn(&OpResult) -> Option<WaitId>,
+    /// The op that takes a wait of the command's op out of its queue; with `true` it also
+    /// gives back a grant that won the race (the client is gone).
+    pub cancel: fn(&Op, WaitId, bool) -> Op,
+    /// The reply to the result of that cancel: the grant that won the race, or `nothing`.
+    pub cancelled: fn(OpResult) -> Reply,
+    /// The reply of a wait that got nothing.
+    pub nothing: fn() -> Reply,
+    /// The reply to a grant: its tokens, in the order of the names.
+    pub granted: fn(&[u64]) -> Reply,
 }
 
 /// A command that runs at once: connection commands and reads of the applied state.
@@ -123,26 +157,37 @@ macro_rules! dispatch {
         })
     };
     (state, $cmd:expr, $ctx:expr, $ty:ty) => {
-        Execution::State(proposal::<$ty>($cmd))
+        Execution::State(proposal::<$ty>($cmd, $ctx.conn.handle.id))
     };
 }
 
 /// In a transaction, state commands and reads become ops of the transaction's one entry; local
 /// commands stay themselves (they run after it).
 macro_rules! transact {
-    (local, $variant:ident, $cmd:expr, $ty:ty) => {
+    (local, $variant:ident, $cmd:expr, $client_id:expr, $ty:ty) => {
         Err(Command::$variant($cmd))
     };
-    ($kind:ident, $variant:ident, $cmd:expr, $ty:ty) => {
-        Ok(proposal::<$ty>($cmd))
+    ($kind:ident, $variant:ident, $cmd:expr, $client_id:expr, $ty:ty) => {
+        Ok(transaction_proposal::<$ty>($cmd, $client_id))
     };
 }
 
-fn proposal<T: StateCommand>(cmd: T) -> Proposal {
+fn proposal<T: StateCommand>(cmd: T, client_id: u64) -> Proposal {
     Proposal {
-        wait_ms: cmd.wait_ms(),
-        op: cmd.into_op(),
+        blocking: cmd.blocking(),
+        session_names: cmd.session_names(),
         reply: T::reply,
+        op: cmd.into_op(client_id),
+    }
+}
+
+/// Inside a transaction nothing blocks: the command gives its non-blocking op.
+fn transaction_proposal<T: StateCommand>(cmd: T, client_id: u64) -> Proposal {
+    Proposal {
+        blocking: None,
+        session_names: cmd.session_names(),
+        reply: T::reply,
+        op: cmd.into_transaction_op(client_id),
     }
 }
 
@@ -175,7 +220,8 @@ fn read_at<T: StateCommand>(point: ReadPoint, cmd: T, ctx: &mut Ctx<'_>) -> Comm
 }
 
 fn read_of<T: StateCommand>(cmd: T) -> Result<flockd_core::Read, CommandError> {
-    match cmd.into_op() {
+    // A read binds nothing to its connection.
+    match cmd.into_op(0) {
         Op::Read(read) => Ok(read),
         op => Err(CommandError::UnexpectedResult(format!(
             "{op:?} is not a read"
@@ -217,11 +263,12 @@ macro_rules! command_table {
                 }
             }
 
-            /// The op this command is inside a transaction, or the command itself if it has
-            /// none (it then runs on its own, after the transaction's entry).
-            pub fn into_transaction(self) -> Result<Proposal, Command> {
+            /// The op this command is inside a transaction of connection `client_id`, or the
+            /// command itself if it has none (it then runs on its own, after the transaction's
+            /// entry).
+            pub fn into_transaction(self, client_id: u64) -> Result<Proposal, Command> {
                 match self {
-                    $(Command::$variant(cmd) => transact!($kind, $variant, cmd, $ty),)*
+                    $(Command::$variant(cmd) => transact!($kind, $variant, cmd, client_id, $ty),)*
                 }
             }
         }

@@ -6,17 +6,8 @@
 
 use flockd_proto::Reply;
 
-use super::{Args, Command, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::context::{CommandResult, Ctx, Outcome, reply};
-
-/// The queue of a connection between MULTI and EXEC.
-#[derive(Debug, Default)]
-pub struct Transaction {
-    /// (table index, command), in order.
-    pub queued: Vec<(usize, Command)>,
-    /// A command failed to queue: EXEC aborts.
-    pub failed: bool,
-}
+use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use crate::server::context::{CommandResult, Ctx, Outcome};
 
 /// Whether the command at `name` runs at once even inside MULTI rather than being queued.
 pub fn runs_inside_multi(name: &str) -> bool {
@@ -52,11 +43,10 @@ impl CommandDef for Multi {
 
 impl LocalCommand for Multi {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        if ctx.conn.transaction.is_some() {
+        if ctx.conn.in_transaction {
             return Err(CommandError::NestedMulti);
         }
-        ctx.conn.transaction = Some(Transaction::default());
-        reply(Reply::ok())
+        Ok(Outcome::BeginTransaction)
     }
 }
 
@@ -85,15 +75,11 @@ impl CommandDef for Exec {
 
 impl LocalCommand for Exec {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let transaction = ctx
-            .conn
-            .transaction
-            .take()
-            .ok_or(CommandError::ExecWithoutMulti)?;
-        if transaction.failed {
-            return Err(CommandError::ExecAbort);
+        if !ctx.conn.in_transaction {
+            return Err(CommandError::ExecWithoutMulti);
         }
-        Ok(Outcome::Exec(transaction))
+        // The connection holds the queue: it aborts a transaction a command failed to join.
+        Ok(Outcome::Exec)
     }
 }
 
@@ -114,11 +100,10 @@ impl CommandDef for Discard {
 
 impl LocalCommand for Discard {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        ctx.conn
-            .transaction
-            .take()
-            .ok_or(CommandError::DiscardWithoutMulti)?;
-        reply(Reply::ok())
+        if !ctx.conn.in_transaction {
+            return Err(CommandError::DiscardWithoutMulti);
+        }
+        Ok(Outcome::Discard(Reply::ok()))
     }
 }
 
@@ -148,7 +133,7 @@ impl CommandDef for Watch {
 
 impl LocalCommand for Watch {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        if ctx.conn.transaction.is_some() {
+        if ctx.conn.in_transaction {
             return Err(CommandError::WatchInsideMulti);
         }
         Err(CommandError::WatchUnsupported)
@@ -177,6 +162,6 @@ impl CommandDef for Unwatch {
 
 impl LocalCommand for Unwatch {
     fn run(self, _ctx: &mut Ctx<'_>) -> CommandResult {
-        reply(Reply::ok())
+        Ok(Outcome::Reply(Reply::ok()))
     }
 }

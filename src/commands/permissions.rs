@@ -18,7 +18,7 @@ pub fn deny(state: &AclState, conn: &ConnState, reason: Denial, object: &str) {
 
 /// An ACL LOG entry for `username` (the one tried, for a failed AUTH) on this connection.
 pub fn record(state: &AclState, conn: &ConnState, username: &str, reason: Denial, object: &str) {
-    let context = if conn.transaction.is_some() {
+    let context = if conn.in_transaction {
         "multi"
     } else {
         "toplevel"

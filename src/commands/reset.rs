@@ -4,7 +4,7 @@
 use flockd_proto::{ProtocolVersion, Reply};
 
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::context::{CommandResult, Ctx, reply};
+use crate::server::context::{CommandResult, Ctx, Outcome};
 
 #[derive(Debug)]
 pub struct Reset;
@@ -43,8 +43,7 @@ impl LocalCommand for Reset {
         ctx.conn.acl_generation = ctx.services.acl().generation();
         ctx.conn.handle.names.lock().user = None;
         ctx.conn.handle.names.lock().name = None;
-        ctx.conn.transaction = None;
         super::unsubscribe::leave_all(&ctx.services.host().pubsub, ctx.conn);
-        reply(Reply::Simple("RESET".into()))
+        Ok(Outcome::Discard(Reply::Simple("RESET".into())))
     }
 }

@@ -11,8 +11,8 @@ use parking_lot::RwLockReadGuard;
 
 use super::clients::ClientHandle;
 use super::pubsub::{Delivery, Mailbox};
+use crate::commands::Blocking;
 use crate::commands::error::CommandError;
-use crate::commands::multi::Transaction;
 use crate::commands::services::Services;
 
 /// Per-connection state that commands read and change.
@@ -23,35 +23,36 @@ pub struct ConnState {
     /// Who the connection is (`default` until AUTH), as of ACL generation `acl_generation`.
     pub user: std::sync::Arc<flockd_acl::User>,
     pub acl_generation: u64,
-    /// Between MULTI and EXEC: the queued commands.
-    pub transaction: Option<Transaction>,
+    /// Between MULTI and EXEC (or DISCARD): the connection, which queues the commands, sets and
+    /// clears it on the [`Outcome`]s of MULTI, EXEC, DISCARD and RESET.
+    pub in_transaction: bool,
     pub subscriptions: Subscriptions,
-    /// The names this connection acquired with SESSION: their session holdings end when it
-    /// closes ([`Op::EndSession`]).
-    pub session_names: BTreeSet<Bytes>,
 }
 
 impl ConnState {
+    /// A new connection's state: as in Redis, it starts as `default`, logged in if that user
+    /// needs no password.
+    pub fn new(services: &dyn Services, handle: Arc<ClientHandle>) -> ConnState {
+        let user = services
+            .acl()
+            .user("default")
+            .expect("the default user always exists");
+        ConnState {
+            handle,
+            protocol: ProtocolVersion::Resp2,
+            authenticated: user.enabled && user.nopass,
+            acl_generation: services.acl().generation(),
+            user,
+            in_transaction: false,
+            subscriptions: Subscriptions::default(),
+        }
+    }
+
     /// Whether this connection came in on the sentinel port, where the node is a Sentinel.
     pub fn on_sentinel_port(&self, services: &dyn Services) -> bool {
         services
             .sentinel_addr()
             .is_some_and(|a| a.port() == self.handle.laddr.port())
-    }
-
-    /// Binds a SESSION acquire to this connection: the command cannot know its connection, so
-    /// it asks for [`flockd_core::THIS_SESSION`] and the connection puts its id in before the op
-    /// is proposed.
-    pub fn bind_session(&mut self, op: &mut Op) {
-        let (names, terms) = match op {
-            Op::Acquire { name, terms, .. } => (std::slice::from_ref(&*name), terms),
-            Op::AcquireAll { names, terms, .. } => (names.as_slice(), terms),
-            _ => return,
-        };
-        if terms.session == Some(flockd_core::THIS_SESSION) {
-            terms.session = Some(self.handle.id);
-            self.session_names.extend(names.iter().cloned());
-        }
     }
 }
 
@@ -74,6 +75,14 @@ impl Subscriptions {
     /// Whether the connection is in subscribed mode.
     pub fn active(&self) -> bool {
         self.count() > 0
+    }
+
+    /// The next batch of messages published to the connection; never, if it has not subscribed.
+    pub async fn next_delivery(&mut self) -> Option<Delivery> {
+        match &mut self.inbox {
+            Some(inbox) => inbox.recv().await,
+            None => std::future::pending().await,
+        }
     }
 }
 
@@ -99,8 +108,13 @@ pub enum Outcome {
     ReplyAndClose(Reply),
     /// Close without a reply (SHUTDOWN, as Redis does when it goes down).
     Close,
-    /// EXEC: run the transaction.
-    Exec(Transaction),
+    /// MULTI: queue the connection's next commands, and reply +OK.
+    BeginTransaction,
+    /// EXEC: run the queued commands.
+    Exec,
+    /// Drop the queued commands if any, then send the reply (DISCARD; RESET, which drops
+    /// everything).
+    Discard(Reply),
     /// Send the reply, then enter monitor mode (MONITOR).
     Monitor(Reply),
     /// Several replies to one command, each its own frame ((P)SUBSCRIBE, (P)UNSUBSCRIBE).
@@ -125,7 +139,9 @@ pub fn reply(reply: Reply) -> CommandResult {
 /// A state command turned into what the log carries, and how to answer from the result.
 pub struct Proposal {
     pub op: Op,
-    /// Blocks like BLPOP for up to this long when the op queues (FLOCK.ACQUIRE ... WAIT).
-    pub wait_ms: u64,
     pub reply: fn(OpResult) -> Result<Reply, CommandError>,
+    /// Set when the connection blocks like BLPOP if the op queues (FLOCK.ACQUIRE ... WAIT).
+    pub blocking: Option<Blocking>,
+    /// The names the op holds for the connection's session (SESSION): they end when it closes.
+    pub session_names: Vec<Bytes>,
 }

@@ -1,0 +1,37 @@
+//! What a closing connection ends: the holdings it took with SESSION (one op, through the
+//! log, built by FLOCK.ACQUIRE's side), its subscriptions, and its place in the client list.
+
+use bytes::Bytes;
+use tracing::warn;
+
+use crate::commands::{end_session, unsubscribe};
+use crate::server::connection::Connection;
+use crate::server::propose::commit;
+
+impl<S> Connection<S> {
+    /// Remembers the names a proposal holds for the connection's session, to end at close.
+    #[inline]
+    pub(in crate::server) fn hold_for_session(&mut self, names: &mut Vec<Bytes>) {
+        if !names.is_empty() {
+            self.session.holdings.extend(names.drain(..));
+        }
+    }
+
+    /// Ends what the connection held; it is gone from the server afterwards.
+    pub(in crate::server) async fn close(mut self) {
+        let id = self.conn.handle.id;
+        let names = std::mem::take(&mut self.session.holdings);
+        if !names.is_empty() {
+            let op = end_session(id, names.into_iter().collect());
+            if let Err(e) = commit(&*self.shared.log, vec![op]).await {
+                // The holdings then end with their leases.
+                warn!(
+                    client = id,
+                    "could not end the connection's SESSION holdings: {e}"
+                );
+            }
+        }
+        unsubscribe::leave_all(&self.shared.host.pubsub, &mut self.conn);
+        self.shared.clients.unregister(id);
+    }
+}

@@ -1,0 +1,190 @@
+//! A transaction (MULTI ... EXEC): the connection queues the commands between MULTI and EXEC
+//! (each answered `+QUEUED`, or with its error, which dooms the transaction), and EXEC runs
+//! them as one log entry. The queue is the connection's: commands see only whether one is open
+//! (`ConnState::in_transaction`), and tell the connection to open, run or drop it through their
+//! outcomes.
+
+use std::time::Instant;
+
+use flockd_core::OpResult;
+use flockd_proto::Reply;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::Transaction;
+use crate::commands::{Command, CommandError, Execution, TABLE, multi};
+use crate::server::connection::{Connection, Next};
+use crate::server::context::{Ctx, Outcome, Proposal};
+use crate::server::propose::{ProposeError, commit};
+use crate::server::replies::reply_to;
+use crate::server::stats;
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
+    /// MULTI: the commands that follow are queued.
+    pub(in crate::server) fn begin_transaction(&mut self) {
+        self.session.transaction = Some(Transaction::default());
+        self.conn.in_transaction = true;
+    }
+
+    /// DISCARD, RESET: the queued commands are dropped.
+    pub(in crate::server) fn discard_transaction(&mut self) {
+        self.session.transaction = None;
+        self.conn.in_transaction = false;
+    }
+
+    /// A command could not be queued (refused at admission): EXEC will abort.
+    pub(in crate::server) fn doom_transaction(&mut self) {
+        if let Some(transaction) = &mut self.session.transaction {
+            transaction.failed = true;
+        }
+    }
+
+    /// Whether the command at `index` is queued rather than run, inside MULTI.
+    #[inline]
+    pub(in crate::server) fn queues(&self, index: usize) -> bool {
+        self.session.transaction.is_some() && !multi::runs_inside_multi(TABLE[index].name)
+    }
+
+    /// Queues a command inside MULTI, or refuses one that cannot be part of a transaction.
+    pub(in crate::server) fn queue(&mut self, index: usize, command: Command) {
+        let Some(transaction) = &mut self.session.transaction else {
+            return;
+        };
+        if multi::refused_inside_multi(TABLE[index].name) {
+            transaction.failed = true;
+            self.push_ready(Reply::error(CommandError::NotInMulti.to_string()));
+            return;
+        }
+        transaction.queued.push((index, command));
+        self.push_ready(Reply::Simple("QUEUED".into()));
+    }
+
+    /// EXEC (the command at `index`): runs the queued commands, or aborts a doomed transaction.
+    pub(in crate::server) async fn exec(&mut self, index: usize) -> std::io::Result<Next> {
+        let transaction = self.session.transaction.take();
+        self.conn.in_transaction = false;
+        let transaction = match transaction {
+            Some(transaction) if !transaction.failed => transaction,
+            doomed => {
+                let e = match doomed {
+                    Some(_) => CommandError::ExecAbort,
+                    None => CommandError::ExecWithoutMulti,
+                };
+                let stat = &self.shared.stats.commands[index];
+                self.push_ready(Reply::error(stats::failed(stat, &e)));
+                return Ok(Next::Continue);
+            }
+        };
+        let (reply, next) = self.run_transaction(transaction).await;
+        self.push_ready(reply);
+        Ok(next)
+    }
+
+    /// Every state command and read of the transaction becomes an op of one log entry, applied
+    /// atomically; the other commands (PING, CLIENT, INFO, ...) run after it, in their places.
+    /// The reply is the array of every command's reply, errors included, as in Redis. If the
+    /// entry cannot be committed, nothing of it was applied and EXEC answers the error.
+    async fn run_transaction(&mut self, transaction: Transaction) -> (Reply, Next) {
+        enum Step {
+            Op {
+                result: usize,
+                reply: fn(OpResult) -> Result<Reply, CommandError>,
+                command: usize,
+            },
+            Local {
+                command: Command,
+                index: usize,
+            },
+        }
+        let started = Instant::now();
+        let mut ops = Vec::new();
+        let mut steps = Vec::with_capacity(transaction.queued.len());
+        for (index, command) in transaction.queued {
+            match command.into_transaction(self.conn.handle.id) {
+                Ok(Proposal {
+                    op,
+                    reply,
+                    mut session_names,
+                    ..
+                }) => {
+                    self.hold_for_session(&mut session_names);
+                    steps.push(Step::Op {
+                        result: ops.len(),
+                        reply,
+                        command: index,
+                    });
+                    ops.push(op);
+                }
+                Err(command) => steps.push(Step::Local { command, index }),
+            }
+        }
+        let mut results: Vec<Option<OpResult>> = if ops.is_empty() {
+            Vec::new()
+        } else {
+            match commit(&*self.shared.log, ops).await {
+                Ok(results) => results.into_iter().map(Some).collect(),
+                Err(e) => {
+                    return (
+                        Reply::error(CommandError::from(e).to_string()),
+                        Next::Continue,
+                    );
+                }
+            }
+        };
+        let mut replies = Vec::with_capacity(steps.len());
+        let mut next = Next::Continue;
+        for step in steps {
+            match step {
+                Step::Op {
+                    result,
+                    reply,
+                    command,
+                } => {
+                    let outcome = results
+                        .get_mut(result)
+                        .and_then(Option::take)
+                        .ok_or(CommandError::from(ProposeError::ShuttingDown));
+                    replies.push(reply_to(
+                        &self.shared,
+                        command,
+                        started,
+                        outcome,
+                        reply,
+                        None,
+                    ));
+                }
+                Step::Local { command, index } => {
+                    let stat = &self.shared.stats.commands[index];
+                    stats::account(&self.shared.stats, index, 0);
+                    let mut ctx = Ctx {
+                        services: &*self.shared,
+                        conn: &mut self.conn,
+                        now: self.shared.log.now(),
+                    };
+                    let reply = match command.execute(&mut ctx) {
+                        Execution::Local(Ok(Outcome::Reply(reply))) => reply,
+                        Execution::Local(Ok(Outcome::ReplyAndClose(reply))) => {
+                            next = Next::Close;
+                            reply
+                        }
+                        Execution::Local(Ok(Outcome::Close)) => {
+                            next = Next::Close;
+                            Reply::ok()
+                        }
+                        Execution::Local(Ok(
+                            Outcome::BeginTransaction
+                            | Outcome::Exec
+                            | Outcome::Discard(_)
+                            | Outcome::Monitor(_)
+                            | Outcome::Replies(_)
+                            | Outcome::Await(_),
+                        ))
+                        | Execution::State(_) => Reply::error(CommandError::NotInMulti.to_string()),
+                        Execution::Local(Err(e)) => Reply::error(stats::failed(stat, &e)),
+                    };
+                    replies.push(reply);
+                }
+            }
+        }
+        (Reply::Array(replies), next)
+    }
+}
