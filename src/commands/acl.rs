@@ -6,10 +6,10 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::context::{CommandResult, Ctx, reply};
 use super::permissions::{self, CATEGORIES};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, printable};
 use crate::server::acl::unix_ms;
-use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
 pub enum AclCmd {

@@ -6,11 +6,11 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::context::{CommandResult, Ctx, reply};
 use super::docs;
 use super::{
     Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, TABLE, lookup,
 };
-use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
 pub enum CommandCmd {

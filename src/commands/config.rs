@@ -9,8 +9,8 @@ use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, Su
 use crate::config::change::ChangeError;
 use flockd_acl::glob_match;
 
+use super::context::{CommandResult, Ctx, reply};
 use crate::config::rewrite;
-use crate::server::context::{CommandResult, Ctx, reply};
 use crate::server::live_config::ReconfigureError;
 
 /// A CONFIG SET pair as text. A key that is not UTF-8 is unknown anyway; a value that is not is

@@ -4,8 +4,8 @@
 
 use flockd_proto::{Reply, parse_int};
 
+use super::context::{CommandResult, Ctx, Outcome, reply};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, printable};
-use crate::server::context::{CommandResult, Ctx, Outcome, reply};
 
 #[derive(Debug)]
 pub enum FlockCluster {

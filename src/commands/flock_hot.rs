@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use flockd_proto::Reply;
 
+use super::context::{CommandResult, Ctx, reply};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::context::{CommandResult, Ctx, reply};
 
 /// Names a reply may list at most.
 const MAX_COUNT: u64 = 10_000;

@@ -5,8 +5,8 @@ use bytes::Bytes;
 use flockd_proto::{ProtocolVersion, Reply};
 
 use super::client::validate_client_name;
+use super::context::{CommandResult, Ctx, reply};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::context::{CommandResult, Ctx, reply};
 use flockd_proto::parse_int;
 
 /// The Redis version flockd reports to client libraries that gate features on it.

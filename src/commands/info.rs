@@ -7,8 +7,8 @@ use std::fmt::Write;
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::context::{CommandResult, Ctx, reply};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, Services, TABLE};
-use crate::server::context::{CommandResult, Ctx, reply};
 use crate::server::stats::{self, human_bytes, read};
 
 const DEFAULT_SECTIONS: &[&str] = &[

@@ -9,11 +9,11 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::context::{CommandResult, Ctx, reply};
 use super::{
     Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, TABLE, lookup,
     printable,
 };
-use crate::server::context::{CommandResult, Ctx, reply};
 use crate::server::stats::{LATENCY_EVENTS, LatencySeries};
 
 /// Events only Redis records: LATENCY HISTORY answers them, as Redis does an event that has no

@@ -11,6 +11,7 @@
 //! dispatch. Adding a command is one new file plus one row in it.
 
 mod args;
+pub mod context;
 mod docs;
 pub mod error;
 mod meta;
@@ -73,11 +74,11 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use flockd_core::{Op, OpResult, WaitId};
+use flockd_core::{Op, OpResult};
 pub use flockd_proto::printable;
 
-use crate::server::context::{CommandResult, Ctx, Outcome, Proposal};
 use crate::server::propose::ReadPoint;
+pub use context::{Blocking, BlockingHook, CommandResult, Ctx, Outcome, Proposal};
 
 /// What every command file provides.
 pub trait CommandDef: Sized {
@@ -107,29 +108,6 @@ pub trait StateCommand: CommandDef {
     fn session_names(&self) -> Vec<Bytes> {
         Vec::new()
     }
-}
-
-/// A state command that blocks when its op queues, like BLPOP: for how long, and how.
-#[derive(Clone, Copy)]
-pub struct Blocking {
-    pub wait_ms: u64,
-    pub hook: &'static BlockingHook,
-}
-
-/// What the connection's blocking code asks of a blocking command, so that it names no op or
-/// result of its own: whether the op queued, how to leave the queue, and the replies.
-pub struct BlockingHook {
-    /// The wait the op's result is queued as, if it queued.
-    pub queued: fn(&OpResult) -> Option<WaitId>,
-    /// The op that takes a wait of the command's op out of its queue; with `true` it also
-    /// gives back a grant that won the race (the client is gone).
-    pub cancel: fn(&Op, WaitId, bool) -> Op,
-    /// The reply to the result of that cancel: the grant that won the race, or `nothing`.
-    pub cancelled: fn(OpResult) -> Reply,
-    /// The reply of a wait that got nothing.
-    pub nothing: fn() -> Reply,
-    /// The reply to a grant: its tokens, in the order of the names.
-    pub granted: fn(&[u64]) -> Reply,
 }
 
 /// A command that runs at once: connection commands and reads of the applied state.

@@ -6,8 +6,8 @@
 
 use flockd_proto::Reply;
 
+use super::context::{CommandResult, Ctx, Outcome};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::context::{CommandResult, Ctx, Outcome};
 
 /// Whether the command at `name` runs at once even inside MULTI rather than being queued.
 pub fn runs_inside_multi(name: &str) -> bool {

@@ -7,9 +7,9 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use flockd_acl::{Acl, CommandInfo, Denial, User};
 
+use super::context::ConnState;
 use super::{CommandError, Meta, TABLE};
 use crate::server::acl::AclState;
-use crate::server::context::ConnState;
 
 /// Logs a refusal of `object` to the connection's user in ACL LOG.
 pub fn deny(state: &AclState, conn: &ConnState, reason: Denial, object: &str) {

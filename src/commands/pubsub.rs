@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::context::{CommandResult, Ctx, reply};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta};
-use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
 pub enum PubsubCmd {

@@ -2,8 +2,8 @@
 
 use flockd_proto::Reply;
 
+use super::context::{CommandResult, Ctx, Outcome};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::context::{CommandResult, Ctx, Outcome};
 
 #[derive(Debug)]
 pub struct Quit;

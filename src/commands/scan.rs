@@ -9,9 +9,9 @@ use bytes::Bytes;
 use flockd_core::KeyType;
 use flockd_proto::{Reply, parse_int};
 
+use super::context::{CommandResult, Ctx, reply};
 use super::flock_scan::MAX_COUNT;
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::context::{CommandResult, Ctx, reply};
 
 /// Which keys SCAN's TYPE option keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

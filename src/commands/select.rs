@@ -2,8 +2,8 @@
 
 use flockd_proto::Reply;
 
+use super::context::{CommandResult, Ctx, reply};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::context::{CommandResult, Ctx, reply};
 use flockd_proto::parse_int;
 
 #[derive(Debug)]

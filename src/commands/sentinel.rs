@@ -9,8 +9,8 @@
 
 use flockd_proto::Reply;
 
+use super::context::{CommandResult, Ctx, reply};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, printable};
-use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
 pub enum Sentinel {

@@ -1,8 +1,8 @@
 //! SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: stop the server as SIGTERM does (the AOF is
 //! flushed and fsynced whatever the options say; there is nothing to skip).
 
+use super::context::{CommandResult, Ctx, Outcome};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::context::{CommandResult, Ctx, Outcome};
 
 #[derive(Debug)]
 pub struct Shutdown {

@@ -6,8 +6,8 @@
 use bytes::Bytes;
 use flockd_proto::{Reply, parse_int};
 
+use super::context::{CommandResult, Ctx, reply};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, printable};
-use crate::server::context::{CommandResult, Ctx, reply};
 
 #[derive(Debug)]
 pub enum SlowlogCmd {

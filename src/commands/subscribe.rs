@@ -7,8 +7,8 @@ use bytes::Bytes;
 use flockd_acl::Denial;
 use flockd_proto::Reply;
 
+use super::context::{CommandResult, Ctx, Outcome};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::context::{CommandResult, Ctx, Outcome};
 use crate::server::pubsub::Mailbox;
 
 /// A subscription frame: `[kind, channel or null, count]`.

@@ -5,9 +5,9 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::context::{CommandResult, ConnState, Ctx, Outcome};
 use super::subscribe::{FLAGS, frame};
 use super::{Args, CommandDef, CommandError, LocalCommand, Meta};
-use crate::server::context::{CommandResult, ConnState, Ctx, Outcome};
 use crate::server::pubsub::PubSub;
 
 fn take_all(args: &mut Args) -> Vec<Bytes> {

@@ -5,8 +5,8 @@
 use flockd_proto::{Reply, Request};
 
 use super::Shared;
-use super::context::ConnState;
 use super::stats;
+use crate::commands::context::ConnState;
 use crate::commands::{self, Command, CommandError, IS_STATE, TABLE};
 
 pub enum Admitted {

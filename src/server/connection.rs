@@ -22,11 +22,11 @@ use tracing::debug;
 use super::accounting;
 use super::admission::{self, Admitted};
 use super::clients::ClientHandle;
-use super::context::{ConnState, Ctx, Proposal};
 use super::propose::Pending;
 use super::replies::{PendingReply, ReplySlot, approx_encoded_len, reply_to};
 use super::session::Session;
 use super::{PREAUTH_LIMITS, PREAUTH_QUERY_BUFFER, Shared, stats};
+use crate::commands::context::{ConnState, Ctx, Proposal};
 use crate::commands::{CommandError, Execution};
 
 /// Flush early after this many replies, so one read of many pipelined commands cannot build an

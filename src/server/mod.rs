@@ -14,7 +14,6 @@ pub mod clients;
 pub mod clock;
 mod connection;
 pub mod console;
-pub mod context;
 mod expiry;
 pub mod host;
 pub mod hot;

@@ -9,9 +9,9 @@ use flockd_core::{Op, OpResult, WaitId};
 use flockd_proto::Reply;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
+use crate::commands::context::Proposal;
 use crate::commands::{Blocking, BlockingHook, CommandError};
 use crate::server::connection::{Connection, Next, READ_CHUNK};
-use crate::server::context::Proposal;
 use crate::server::hot::Contention;
 use crate::server::propose::{ProposeError, commit};
 use crate::server::replies::reply_to;

@@ -8,9 +8,9 @@ use tokio::sync::broadcast::error::RecvError;
 use tracing::debug;
 
 use crate::commands::LocalCommand;
+use crate::commands::context::{Ctx, Outcome};
 use crate::commands::reset::Reset;
 use crate::server::connection::{Connection, Next, READ_CHUNK};
-use crate::server::context::{Ctx, Outcome};
 use crate::server::{PREAUTH_QUERY_BUFFER, stats};
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {

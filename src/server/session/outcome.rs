@@ -4,8 +4,8 @@
 use flockd_proto::Reply;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::commands::context::{CommandResult, Outcome};
 use crate::server::connection::{Connection, Next};
-use crate::server::context::{CommandResult, Outcome};
 use crate::server::stats;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {

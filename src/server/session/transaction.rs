@@ -11,9 +11,9 @@ use flockd_proto::Reply;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::Transaction;
+use crate::commands::context::{Ctx, Outcome, Proposal};
 use crate::commands::{Command, CommandError, Execution, TABLE, multi};
 use crate::server::connection::{Connection, Next};
-use crate::server::context::{Ctx, Outcome, Proposal};
 use crate::server::propose::{ProposeError, commit};
 use crate::server::replies::reply_to;
 use crate::server::stats;

@@ -1,19 +1,19 @@
-//! What a command sees: the shared server state, its own connection's state and the time it
-//! runs at; and what it hands back to the connection loop.
+//! What a command sees: the server's services, its own connection's state and the time it
+//! runs at; and what it hands back to the connection: an outcome, or a proposal (an op, how to
+//! answer from its result, and whether it blocks).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flockd_core::{Millis, Op, OpResult, StateMachine};
+use flockd_core::{Millis, Op, OpResult, StateMachine, WaitId};
 use flockd_proto::{ProtocolVersion, Reply};
 use parking_lot::RwLockReadGuard;
 
-use super::clients::ClientHandle;
-use super::pubsub::{Delivery, Mailbox};
-use crate::commands::Blocking;
-use crate::commands::error::CommandError;
-use crate::commands::services::Services;
+use super::error::CommandError;
+use super::services::Services;
+use crate::server::clients::ClientHandle;
+use crate::server::pubsub::{Delivery, Mailbox};
 
 /// Per-connection state that commands read and change.
 pub struct ConnState {
@@ -144,4 +144,27 @@ pub struct Proposal {
     pub blocking: Option<Blocking>,
     /// The names the op holds for the connection's session (SESSION): they end when it closes.
     pub session_names: Vec<Bytes>,
+}
+
+/// A state command that blocks when its op queues, like BLPOP: for how long, and how.
+#[derive(Clone, Copy)]
+pub struct Blocking {
+    pub wait_ms: u64,
+    pub hook: &'static BlockingHook,
+}
+
+/// What the connection's blocking code asks of a blocking command, so that it names no op or
+/// result of its own: whether the op queued, how to leave the queue, and the replies.
+pub struct BlockingHook {
+    /// The wait the op's result is queued as, if it queued.
+    pub queued: fn(&OpResult) -> Option<WaitId>,
+    /// The op that takes a wait of the command's op out of its queue; with `true` it also
+    /// gives back a grant that won the race (the client is gone).
+    pub cancel: fn(&Op, WaitId, bool) -> Op,
+    /// The reply to the result of that cancel: the grant that won the race, or `nothing`.
+    pub cancelled: fn(OpResult) -> Reply,
+    /// The reply of a wait that got nothing.
+    pub nothing: fn() -> Reply,
+    /// The reply to a grant: its tokens, in the order of the names.
+    pub granted: fn(&[u64]) -> Reply,
 }
