@@ -100,7 +100,7 @@ pub fn admit(shared: &Shared, conn: &mut ConnState, request: Request) -> Admitte
         }
     };
     if meta.flags.write
-        && let Err(e) = shared.log.check_writable()
+        && let Err(e) = shared.proposer.check_writable()
     {
         let e = CommandError::from(e);
         stats::rejected(stat, &e);

@@ -221,7 +221,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             self.resolve().await;
         }
         let started = Instant::now();
-        let now = self.shared.log.now();
+        let now = self.shared.proposer.now();
         let mut ctx = Ctx {
             services: &*self.shared,
             conn: &mut self.conn,
@@ -291,7 +291,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         if !self.unproposed.is_empty() {
             let ops = std::mem::take(&mut self.unproposed);
             self.unproposed_bytes = 0;
-            self.proposals.push(self.shared.log.propose(ops));
+            self.proposals.push(self.shared.proposer.propose(ops));
         }
     }
 
@@ -301,7 +301,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             return;
         }
         self.propose_gathered();
-        self.shared.log.push();
+        self.shared.proposer.push();
         let mut outcomes = Vec::with_capacity(self.proposals.len());
         for pending in self.proposals.drain(..) {
             outcomes.push(pending.await.map(Vec::into_iter));

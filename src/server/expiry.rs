@@ -17,7 +17,7 @@ const BATCH: usize = 4096;
 
 pub async fn run(shared: Arc<Shared>) {
     // On a cluster node only the leader's clock times leases: a follower's task waits here.
-    let mut leading = shared.log.leadership();
+    let mut leading = shared.proposer.leadership();
     loop {
         if !*leading.borrow_and_update() {
             tokio::select! {
@@ -26,14 +26,14 @@ pub async fn run(shared: Arc<Shared>) {
             }
             continue;
         }
-        let now = shared.log.now();
+        let now = shared.proposer.now();
         let (due, next) = {
             let mut timers = shared.host.timers();
             let due = timers.due_leases(now, BATCH);
             (due, timers.next_deadline())
         };
         if !due.is_empty() {
-            if let Err(e) = commit(&*shared.log, vec![Op::Expire { leases: due }]).await {
+            if let Err(e) = commit(&*shared.proposer, vec![Op::Expire { leases: due }]).await {
                 // The log cannot take it now (MISCONF); the leases stay scheduled.
                 warn!("cannot expire leases: {e}");
                 tokio::select! {

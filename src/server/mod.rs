@@ -154,7 +154,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     let _dir_lock = crate::data_dir::lock(&config.dir)?;
     let Started {
         host,
-        log,
+        proposer,
         aof,
         clock,
         cluster,
@@ -167,7 +167,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         acl: acl::AclState::new(users),
         config: live_config::LiveConfig::new(config),
         host,
-        log,
+        proposer,
         aof,
         cluster,
         clock,
@@ -320,7 +320,7 @@ fn seed_from_aof(config: &Config) -> Result<Option<StateMachine>, ServerError> {
 /// What a start leaves running: the state, the log that changes it, and the clock that stamps.
 struct Started {
     host: Arc<StateHost>,
-    log: Arc<dyn Propose>,
+    proposer: Arc<dyn Propose>,
     aof: Option<Arc<Aof>>,
     clock: Arc<Clock>,
     cluster: Option<Arc<flockd_raft::Cluster>>,
@@ -370,7 +370,7 @@ async fn start_local(config: &Config, bump_tokens: Option<u64>) -> Result<Starte
             last_at,
         )
     })?;
-    let log: Arc<dyn Propose> = Arc::new(LocalLog {
+    let proposer: Arc<dyn Propose> = Arc::new(LocalLog {
         aof: aof.clone(),
         clock: clock.clone(),
         leading: tokio::sync::watch::channel(true).0,
@@ -395,7 +395,7 @@ async fn start_local(config: &Config, bump_tokens: Option<u64>) -> Result<Starte
         info!("re-armed live leases, ended the last run's sessions: {results:?}");
     }
     if let Some(by) = bump_tokens {
-        let results = commit(&*log, vec![Op::BumpAll { by }])
+        let results = commit(&*proposer, vec![Op::BumpAll { by }])
             .await
             .map_err(|source| ServerError::Start {
                 what: "--bump-tokens",
@@ -409,7 +409,7 @@ async fn start_local(config: &Config, bump_tokens: Option<u64>) -> Result<Starte
     }
     Ok(Started {
         host,
-        log,
+        proposer,
         aof: Some(aof),
         clock,
         cluster: None,
@@ -524,7 +524,7 @@ async fn start_cluster(
     let node = Arc::new(node);
     Ok(Started {
         host,
-        log: Arc::new(propose::ClusterLog {
+        proposer: Arc::new(propose::ClusterLog {
             cluster: node.clone(),
         }),
         aof: None,
@@ -677,7 +677,7 @@ async fn reclaim_idle_names(shared: Arc<Shared>) {
     const BATCH: usize = 10_000;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     // Only the leader forgets names (the followers apply its Forget ops).
-    let leading = shared.log.leadership();
+    let leading = shared.proposer.leadership();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -698,7 +698,7 @@ async fn reclaim_idle_names(shared: Arc<Shared>) {
                 break;
             }
             let full = names.len() == BATCH;
-            match commit(&*shared.log, vec![Op::Forget { names }]).await {
+            match commit(&*shared.proposer, vec![Op::Forget { names }]).await {
                 Ok(results) => {
                     if let Some(flockd_core::OpResult::Forget(forgotten)) = results.first() {
                         stats::bump(&shared.stats.names_forgotten, *forgotten as u64);

@@ -35,7 +35,7 @@ impl Services for Shared {
     }
 
     fn read_point(&self) -> Option<ReadPoint> {
-        self.log.read_point()
+        self.proposer.read_point()
     }
 
     fn acl(&self) -> &AclState {

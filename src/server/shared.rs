@@ -24,8 +24,8 @@ pub struct Shared {
     pub config: LiveConfig,
     /// The state machine: read by connections, applied to by the log.
     pub host: Arc<StateHost>,
-    /// Where state changes are proposed.
-    pub log: Arc<dyn Propose>,
+    /// Where state changes are proposed: the AOF on a single node, Raft on a cluster node.
+    pub proposer: Arc<dyn Propose>,
     /// The file behind the local log (rewrites, INFO persistence); `None` on a cluster node.
     pub aof: Option<Arc<Aof>>,
     /// The Raft node, in cluster mode.

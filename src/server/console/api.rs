@@ -177,7 +177,7 @@ pub fn locks(
     from: SearchCursor,
     limit: usize,
 ) -> Value {
-    let now = shared.log.now();
+    let now = shared.proposer.now();
     let machine = shared.host.read();
     let mut found: Vec<Value> = Vec::new();
     let mut cursor = from.scan;

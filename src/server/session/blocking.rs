@@ -43,7 +43,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         let name = op.key().cloned().unwrap_or_default();
         let deadline = Instant::now() + Duration::from_millis(wait_ms);
         loop {
-            let outcome = commit(&*self.shared.log, vec![op.clone()]).await;
+            let outcome = commit(&*self.shared.proposer, vec![op.clone()]).await;
             let queued = match &outcome {
                 Ok(results) => results.first().and_then(hook.queued),
                 Err(_) => None,
@@ -147,7 +147,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         release_if_granted: bool,
     ) -> Reply {
         let cancel = (hook.cancel)(op, wait, release_if_granted);
-        match commit(&*self.shared.log, vec![cancel]).await {
+        match commit(&*self.shared.proposer, vec![cancel]).await {
             Ok(results) => results
                 .into_iter()
                 .next()

@@ -36,7 +36,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                             let mut ctx = Ctx {
                                 services: &*self.shared,
                                 conn: &mut self.conn,
-                                now: shared.log.now(),
+                                now: shared.proposer.now(),
                             };
                             if let Ok(Outcome::Reply(reply) | Outcome::Discard(reply)) =
                                 LocalCommand::run(Reset, &mut ctx)

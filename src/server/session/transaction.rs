@@ -120,7 +120,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         let mut results: Vec<Option<OpResult>> = if ops.is_empty() {
             Vec::new()
         } else {
-            match commit(&*self.shared.log, ops).await {
+            match commit(&*self.shared.proposer, ops).await {
                 Ok(results) => results.into_iter().map(Some).collect(),
                 Err(e) => {
                     return (
@@ -158,7 +158,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     let mut ctx = Ctx {
                         services: &*self.shared,
                         conn: &mut self.conn,
-                        now: self.shared.log.now(),
+                        now: self.shared.proposer.now(),
                     };
                     let reply = match command.execute(&mut ctx) {
                         Execution::Local(Ok(Outcome::Reply(reply))) => reply,
