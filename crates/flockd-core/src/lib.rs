@@ -35,7 +35,7 @@ pub use op::{
 };
 pub use snapshot::Snapshot;
 pub use table::{HolderStatus, LockStats, LockStatus, ScanFilter};
-pub use terms::{Mode, THIS_SESSION, Terms};
+pub use terms::{Mode, Terms};
 pub use time::Millis;
 pub use v1::V1Change;
 

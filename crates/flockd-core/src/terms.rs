@@ -48,10 +48,6 @@ impl Mode {
     }
 }
 
-/// The session value a command puts in an op for "the connection that proposes this": the
-/// connection replaces it with its own id before proposing (client ids start at 1).
-pub const THIS_SESSION: u64 = 0;
-
 /// Everything about a holding beyond its lease and owner.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
