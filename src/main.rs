@@ -9,6 +9,7 @@ mod healthcheck;
 mod lock;
 mod logging;
 mod server;
+mod services;
 
 use std::process::ExitCode;
 
@@ -17,7 +18,7 @@ use clap::Parser;
 use config::{Cli, Tool};
 
 /// jemalloc: its statistics are counters, cheap to read for INFO and the metrics (see
-/// `server::stats::memory`), where glibc's had to walk the heap.
+/// `services::stats::memory`), where glibc's had to walk the heap.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -1,6 +1,6 @@
 //! ACL SETUSER | GETUSER | DELUSER | USERS | LIST | WHOAMI | CAT | LOG | LOAD | SAVE | HELP:
 //! users and permissions in Redis 7's words (see `flockd_acl` for the rules and
-//! `server::acl` for how the server applies them). Passwords never appear in a reply: ACL LIST
+//! `services::acl` for how the server applies them). Passwords never appear in a reply: ACL LIST
 //! and GETUSER show SHA-256 digests.
 
 use bytes::Bytes;
@@ -9,7 +9,7 @@ use flockd_proto::Reply;
 use super::context::{CommandResult, Ctx, reply};
 use super::permissions::{self, CATEGORIES};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, printable};
-use crate::server::acl::unix_ms;
+use crate::services::acl::unix_ms;
 
 #[derive(Debug)]
 pub enum AclCmd {

@@ -11,7 +11,7 @@ use flockd_acl::glob_match;
 
 use super::context::{CommandResult, Ctx, reply};
 use crate::config::rewrite;
-use crate::server::live_config::ReconfigureError;
+use crate::services::live_config::ReconfigureError;
 
 /// A CONFIG SET pair as text. A key that is not UTF-8 is unknown anyway; a value that is not is
 /// refused rather than changed by a lossy decoding (a password would silently differ).

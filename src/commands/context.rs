@@ -12,8 +12,8 @@ use parking_lot::RwLockReadGuard;
 
 use super::error::CommandError;
 use super::services::Services;
-use crate::server::clients::ClientHandle;
-use crate::server::pubsub::{Delivery, Mailbox};
+use crate::services::clients::ClientHandle;
+use crate::services::pubsub::{Delivery, Mailbox};
 
 /// Per-connection state that commands read and change.
 pub struct ConnState {

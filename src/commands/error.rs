@@ -129,7 +129,7 @@ pub enum CommandError {
     #[error("ERR {0}")]
     Rewrite(String),
     #[error("ERR {0}")]
-    ConfigSet(#[from] crate::server::live_config::ReconfigureError),
+    ConfigSet(#[from] crate::services::live_config::ReconfigureError),
     #[error("ERR {0}")]
     ConfigRewrite(#[from] crate::config::rewrite::RewriteError),
     /// A known subcommand with arguments it does not take (Redis's
@@ -152,10 +152,10 @@ pub enum CommandError {
     CachingWithoutTracking,
 }
 
-impl From<crate::server::propose::ProposeError> for CommandError {
-    fn from(e: crate::server::propose::ProposeError) -> Self {
+impl From<crate::services::propose::ProposeError> for CommandError {
+    fn from(e: crate::services::propose::ProposeError) -> Self {
         match e {
-            crate::server::propose::ProposeError::ClusterDown(why) => {
+            crate::services::propose::ProposeError::ClusterDown(why) => {
                 CommandError::ClusterDown(why)
             }
             other => CommandError::Misconf(other.to_string()),

@@ -1,5 +1,5 @@
 //! FLOCK.HOT [COUNT n]: the most contended lock names of the last minute (see
-//! `server::hot`), most waits first: for each, `name`, `waits`, `wait-ms`, `expiries`, `busy`,
+//! `services::hot`), most waits first: for each, `name`, `waits`, `wait-ms`, `expiries`, `busy`,
 //! as a map (RESP3) or a flat field/value array (RESP2).
 
 use std::time::Instant;

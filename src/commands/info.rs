@@ -9,7 +9,7 @@ use flockd_proto::Reply;
 
 use super::context::{CommandResult, Ctx, reply};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, Services, TABLE};
-use crate::server::stats::{self, human_bytes, read};
+use crate::services::stats::{self, human_bytes, read};
 
 const DEFAULT_SECTIONS: &[&str] = &[
     "server",

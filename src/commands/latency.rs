@@ -4,7 +4,7 @@
 //! of each second in which a command took at least `latency-monitor-threshold` ms (0, the
 //! default, turns it off, as in Redis). flockd's events are Redis's `command` and
 //! `fast-command`. HISTOGRAM answers every command's calls by duration in Redis 7's shape (see
-//! `server::stats::Histogram`); it is always on.
+//! `services::stats::Histogram`); it is always on.
 
 use bytes::Bytes;
 use flockd_proto::Reply;
@@ -14,7 +14,7 @@ use super::{
     Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, TABLE, lookup,
     printable,
 };
-use crate::server::stats::{LATENCY_EVENTS, LatencySeries};
+use crate::services::stats::{LATENCY_EVENTS, LatencySeries};
 
 /// Events only Redis records: LATENCY HISTORY answers them, as Redis does an event that has no
 /// samples, with an empty array, so tools that ask for them keep working.

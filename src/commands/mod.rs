@@ -77,7 +77,7 @@ use flockd_proto::Reply;
 use flockd_core::{Op, OpResult};
 pub use flockd_proto::printable;
 
-use crate::server::propose::ReadPoint;
+use crate::services::propose::ReadPoint;
 pub use context::{Blocking, BlockingHook, CommandResult, Ctx, Outcome, Proposal};
 
 /// What every command file provides.

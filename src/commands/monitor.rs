@@ -1,5 +1,5 @@
 //! MONITOR: the connection sees every command the server receives from then on (see
-//! `server::monitor`), until QUIT, RESET or its disconnection.
+//! `services::monitor`), until QUIT, RESET or its disconnection.
 
 use flockd_proto::Reply;
 

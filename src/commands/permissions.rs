@@ -9,7 +9,7 @@ use flockd_acl::{Acl, CommandInfo, Denial, User};
 
 use super::context::ConnState;
 use super::{CommandError, Meta, TABLE};
-use crate::server::acl::AclState;
+use crate::services::acl::AclState;
 
 /// Logs a refusal of `object` to the connection's user in ACL LOG.
 pub fn deny(state: &AclState, conn: &ConnState, reason: Denial, object: &str) {

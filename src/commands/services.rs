@@ -11,12 +11,12 @@ use std::time::Instant;
 use flockd_aof::{Aof, ReplayReport};
 use flockd_raft::Cluster;
 
-use crate::server::acl::AclState;
-use crate::server::clients::ClientRegistry;
-use crate::server::host::StateHost;
-use crate::server::live_config::{LiveConfig, ReconfigureError};
-use crate::server::propose::ReadPoint;
-use crate::server::stats::ServerStats;
+use crate::services::acl::AclState;
+use crate::services::clients::ClientRegistry;
+use crate::services::host::StateHost;
+use crate::services::live_config::{LiveConfig, ReconfigureError};
+use crate::services::propose::ReadPoint;
+use crate::services::stats::ServerStats;
 
 pub trait Services: Send + Sync {
     /// The running configuration (`load()` it: one atomic read).

@@ -1,7 +1,7 @@
 //! SLOWLOG GET [count] | LEN | RESET | HELP: the commands that took at least
 //! `slowlog-log-slower-than` µs, newest first, in Redis's reply shape: id, Unix time, µs, the
 //! arguments (secrets redacted, at most 32, each at most 128 bytes), client address, client
-//! name. What is logged and how is in `server::stats`.
+//! name. What is logged and how is in `services::stats`.
 
 use bytes::Bytes;
 use flockd_proto::{Reply, parse_int};

@@ -1,6 +1,6 @@
 //! SUBSCRIBE channel [channel ...] and PSUBSCRIBE pattern [pattern ...]: the connection enters
 //! subscribed mode and receives the messages published there (flockd publishes lock events;
-//! see `server::pubsub`). One `subscribe`/`psubscribe` frame per argument, each with the
+//! see `services::pubsub`). One `subscribe`/`psubscribe` frame per argument, each with the
 //! connection's count of subscriptions, as in Redis; in RESP3 they are push frames.
 
 use bytes::Bytes;
@@ -9,7 +9,7 @@ use flockd_proto::Reply;
 
 use super::context::{CommandResult, Ctx, Outcome};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
-use crate::server::pubsub::Mailbox;
+use crate::services::pubsub::Mailbox;
 
 /// A subscription frame: `[kind, channel or null, count]`.
 pub(super) fn frame(kind: &'static str, channel: Option<Bytes>, count: usize) -> Reply {

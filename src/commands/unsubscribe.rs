@@ -8,7 +8,7 @@ use flockd_proto::Reply;
 use super::context::{CommandResult, ConnState, Ctx, Outcome};
 use super::subscribe::{FLAGS, frame};
 use super::{Args, CommandDef, CommandError, LocalCommand, Meta};
-use crate::server::pubsub::PubSub;
+use crate::services::pubsub::PubSub;
 
 fn take_all(args: &mut Args) -> Vec<Bytes> {
     std::iter::from_fn(|| args.next_opt()).collect()

@@ -543,7 +543,7 @@ mod tests {
         }
         assert_eq!(
             config.client_output_buffer_limit_pubsub,
-            crate::server::pubsub::DEFAULT_OUTPUT_LIMIT
+            crate::services::pubsub::DEFAULT_OUTPUT_LIMIT
         );
     }
 

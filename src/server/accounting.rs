@@ -4,9 +4,9 @@
 use std::time::Instant;
 
 use super::Shared;
-use super::clients::ClientHandle;
-use super::stats::{self, SlowArgs};
 use crate::commands::TABLE;
+use crate::services::clients::ClientHandle;
+use crate::services::stats::{self, SlowArgs};
 
 /// One call that ran from `started` until now: commandstats, histogram, the latency monitor
 /// (event `fast-command` or `command`, as Redis) and, given its arguments, the slow log.

@@ -5,9 +5,9 @@
 use flockd_proto::{Reply, Request};
 
 use super::Shared;
-use super::stats;
 use crate::commands::context::ConnState;
 use crate::commands::{self, Command, CommandError, IS_STATE, TABLE};
+use crate::services::stats;
 
 pub enum Admitted {
     /// Run it: the command's table index and the typed command.

@@ -21,13 +21,14 @@ use tracing::debug;
 
 use super::accounting;
 use super::admission::{self, Admitted};
-use super::clients::ClientHandle;
-use super::propose::Pending;
 use super::replies::{PendingReply, ReplySlot, approx_encoded_len, reply_to};
 use super::session::Session;
-use super::{PREAUTH_LIMITS, PREAUTH_QUERY_BUFFER, Shared, stats};
+use super::{PREAUTH_LIMITS, PREAUTH_QUERY_BUFFER, Shared};
 use crate::commands::context::{ConnState, Ctx, Proposal};
 use crate::commands::{CommandError, Execution};
+use crate::services::clients::ClientHandle;
+use crate::services::propose::Pending;
+use crate::services::stats;
 
 /// Flush early after this many replies, so one read of many pipelined commands cannot build an
 /// unbounded reply buffer.

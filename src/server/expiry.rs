@@ -10,7 +10,7 @@ use flockd_core::Op;
 use tracing::warn;
 
 use super::Shared;
-use super::propose::commit;
+use crate::services::propose::commit;
 
 /// Leases expired by one op at most (a burst of thousands is split, not one huge record).
 const BATCH: usize = 4096;

@@ -10,8 +10,10 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
-use super::stats::{self, HISTOGRAM_BUCKETS, TIME_BOUNDS_SECONDS, TimeHistogram, bucket_usec};
 use crate::commands::TABLE;
+use crate::services::stats::{
+    self, HISTOGRAM_BUCKETS, TIME_BOUNDS_SECONDS, TimeHistogram, bucket_usec,
+};
 
 /// What the metrics port reads; the server is set once it serves.
 #[derive(Default)]

@@ -8,29 +8,18 @@
 //! what the log committed, and routes its events to `waiters`).
 
 mod accounting;
-pub mod acl;
 mod admission;
-pub mod clients;
-pub mod clock;
 mod connection;
 pub mod console;
 mod expiry;
-pub mod host;
-pub mod hot;
-pub mod live_config;
 pub mod metrics;
-pub mod monitor;
-pub mod propose;
-pub mod pubsub;
 pub mod reconfigure;
 mod replies;
 mod sentinel;
 mod services;
 mod session;
 mod shared;
-pub mod stats;
 mod stopping;
-mod waiters;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -46,12 +35,12 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::config::Config;
-use clients::ClientRegistry;
-use clock::Clock;
-use host::StateHost;
-use propose::{LocalLog, Propose, commit};
+use crate::services::clients::ClientRegistry;
+use crate::services::clock::Clock;
+use crate::services::host::StateHost;
+use crate::services::propose::{LocalLog, Propose, commit};
 
-use stats::ServerStats;
+use crate::services::stats::{self, ServerStats};
 
 pub use shared::Shared;
 
@@ -72,7 +61,7 @@ pub enum ServerError {
     #[error("cannot apply {what} at start: {source}")]
     Start {
         what: &'static str,
-        source: propose::ProposeError,
+        source: crate::services::propose::ProposeError,
     },
     #[error("ACL: {0}")]
     Acl(#[from] flockd_acl::AclError),
@@ -164,15 +153,15 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         None => start_local(&config, bump_tokens).await?,
     };
     let shared = Arc::new(Shared {
-        acl: acl::AclState::new(users),
-        config: live_config::LiveConfig::new(config),
+        acl: crate::services::acl::AclState::new(users),
+        config: crate::services::live_config::LiveConfig::new(config),
         host,
         proposer,
         aof,
         cluster,
         clock,
         clients: ClientRegistry::default(),
-        monitors: monitor::Monitors::default(),
+        monitors: crate::services::monitor::Monitors::default(),
         stats: ServerStats::new(crate::commands::TABLE.len()),
         shutdown,
         stopping: CancellationToken::new(),
@@ -524,7 +513,7 @@ async fn start_cluster(
     let node = Arc::new(node);
     Ok(Started {
         host,
-        proposer: Arc::new(propose::ClusterLog {
+        proposer: Arc::new(crate::services::propose::ClusterLog {
             cluster: node.clone(),
         }),
         aof: None,

@@ -2,13 +2,12 @@
 //! changes that need more than the new value (the AOF's fsync policy and rewrite thresholds, the
 //! log filter, TLS, pub/sub, requirepass) and then publishes it, one change at a time.
 
-use std::sync::Arc;
-
 use flockd_proto::Limits;
 
 use super::Shared;
-use super::live_config::ReconfigureError;
+use crate::config::Config;
 use crate::logging;
+use crate::services::live_config::ReconfigureError;
 
 impl Shared {
     /// The request parser's limits for authenticated clients.
@@ -25,8 +24,15 @@ impl Shared {
 /// CONFIG SET: every change checked first, then all made. Blocking when the fsync policy
 /// changes to `always` (what was written before is synced first).
 pub fn change(shared: &Shared, changes: &[(String, String)]) -> Result<(), ReconfigureError> {
-    let _one_at_a_time = shared.config.changing.lock();
-    let old = shared.config.current.load_full();
+    shared.config.change(|old| make(shared, old, changes))
+}
+
+/// The next configuration, with the effects that need more than the new value made.
+fn make(
+    shared: &Shared,
+    old: &Config,
+    changes: &[(String, String)],
+) -> Result<Config, ReconfigureError> {
     let next = old.with_changes(changes)?;
     if next.log_level != old.log_level {
         logging::parse_filter(&next.log_level).map_err(ReconfigureError::LogFilter)?;
@@ -77,6 +83,5 @@ pub fn change(shared: &Shared, changes: &[(String, String)]) -> Result<(), Recon
         changes = %changes.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join(" "),
         "CONFIG SET"
     );
-    shared.config.current.store(Arc::new(next));
-    Ok(())
+    Ok(next)
 }

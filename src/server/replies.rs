@@ -8,10 +8,11 @@ use std::time::Instant;
 use flockd_core::OpResult;
 use flockd_proto::{ProtocolVersion, Reply};
 
+use super::Shared;
 use super::accounting;
-use super::clients::ClientHandle;
-use super::{Shared, stats};
 use crate::commands::CommandError;
+use crate::services::clients::ClientHandle;
+use crate::services::stats;
 
 /// A reply in the making.
 pub(super) enum ReplySlot {

@@ -7,14 +7,14 @@ use std::time::Instant;
 use flockd_aof::{Aof, ReplayReport};
 use flockd_raft::Cluster;
 
-use super::acl::AclState;
-use super::clients::ClientRegistry;
-use super::host::StateHost;
-use super::live_config::{LiveConfig, ReconfigureError};
-use super::propose::ReadPoint;
 use super::shared::Shared;
-use super::stats::{self, ServerStats};
 use crate::commands::Services;
+use crate::services::acl::AclState;
+use crate::services::clients::ClientRegistry;
+use crate::services::host::StateHost;
+use crate::services::live_config::{LiveConfig, ReconfigureError};
+use crate::services::propose::ReadPoint;
+use crate::services::stats::{self, ServerStats};
 
 impl Services for Shared {
     fn config(&self) -> &LiveConfig {

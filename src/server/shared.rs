@@ -7,14 +7,14 @@ use std::time::Instant;
 use flockd_aof::Aof;
 use tokio_util::sync::CancellationToken;
 
-use super::acl::AclState;
-use super::clients::ClientRegistry;
-use super::clock::Clock;
-use super::host::StateHost;
-use super::live_config::LiveConfig;
-use super::monitor::Monitors;
-use super::propose::Propose;
-use super::stats::ServerStats;
+use crate::services::acl::AclState;
+use crate::services::clients::ClientRegistry;
+use crate::services::clock::Clock;
+use crate::services::host::StateHost;
+use crate::services::live_config::LiveConfig;
+use crate::services::monitor::Monitors;
+use crate::services::propose::Propose;
+use crate::services::stats::ServerStats;
 
 /// Everything connections share.
 pub struct Shared {

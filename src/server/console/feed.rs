@@ -22,8 +22,8 @@ use tokio::sync::mpsc::error::TrySendError;
 
 use super::{ConsoleError, FeedSlot};
 use crate::server::Shared;
-use crate::server::clients::ClientHandle;
-use crate::server::pubsub::{Delivery, LOCK_CHANNEL_PREFIX, Mailbox};
+use crate::services::clients::ClientHandle;
+use crate::services::pubsub::{Delivery, LOCK_CHANNEL_PREFIX, Mailbox};
 
 /// Chunks waiting for a feed's reader, at most.
 pub const QUEUE: usize = 64;
@@ -206,7 +206,7 @@ async fn run(
                     let data = json!({
                         "event": event,
                         "token": token,
-                        "at_ms": crate::server::acl::unix_ms(),
+                        "at_ms": crate::services::acl::unix_ms(),
                     });
                     open &= outlet.send(Bytes::from(format!("id: {id}\nevent: lock\ndata: {data}\n\n")));
                 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::server::Shared;
-use crate::server::stats::{HISTOGRAM_BUCKETS, bucket_usec};
+use crate::services::stats::{HISTOGRAM_BUCKETS, bucket_usec};
 
 pub const INTERVAL: Duration = Duration::from_secs(2);
 /// Five minutes of samples.
@@ -90,7 +90,7 @@ pub async fn sample(shared: Arc<Shared>, history: Arc<History>) {
             std::array::from_fn(|i| now.1[i].checked_sub(last.1[i]).unwrap_or(now.1[i]));
         let seconds = now.0.duration_since(last.0).as_secs_f64().max(0.001);
         history.push(Sample {
-            at_ms: super::super::acl::unix_ms(),
+            at_ms: crate::services::acl::unix_ms(),
             ops_per_s: delta.iter().sum::<u64>() as f64 / seconds,
             p99_ms: p99_ms(&delta),
         });

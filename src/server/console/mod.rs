@@ -218,7 +218,7 @@ fn authenticate(shared: &Shared, request: &PageRequest<'_>) -> Result<Arc<User>,
                 "AUTH",
                 name,
                 format!("addr={} laddr={} name=console", request.peer, request.local),
-                super::acl::unix_ms(),
+                crate::services::acl::unix_ms(),
             );
             Err(ConsoleError::Unauthorized)
         }

@@ -12,11 +12,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use crate::commands::context::Proposal;
 use crate::commands::{Blocking, BlockingHook, CommandError};
 use crate::server::connection::{Connection, Next, READ_CHUNK};
-use crate::server::hot::Contention;
-use crate::server::propose::{ProposeError, commit};
 use crate::server::replies::reply_to;
-use crate::server::stats;
-use crate::server::waiters::Grant;
+use crate::services::hot::Contention;
+use crate::services::propose::{ProposeError, commit};
+use crate::services::stats;
+use crate::services::waiters::Grant;
 
 enum Parked {
     Answered(Reply),

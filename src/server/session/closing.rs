@@ -6,7 +6,7 @@ use tracing::warn;
 
 use crate::commands::{end_session, unsubscribe};
 use crate::server::connection::Connection;
-use crate::server::propose::commit;
+use crate::services::propose::commit;
 
 impl<S> Connection<S> {
     /// Remembers the names a proposal holds for the connection's session, to end at close.

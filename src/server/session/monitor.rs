@@ -1,6 +1,6 @@
 //! Monitor mode (after MONITOR): every command the server receives is written to this client,
 //! until it sends QUIT or RESET (the only commands it may still run), closes, or falls too far
-//! behind (the feed itself is `server::monitor`).
+//! behind (the feed itself is `services::monitor`).
 
 use flockd_proto::Reply;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -10,8 +10,9 @@ use tracing::debug;
 use crate::commands::LocalCommand;
 use crate::commands::context::{Ctx, Outcome};
 use crate::commands::reset::Reset;
+use crate::server::PREAUTH_QUERY_BUFFER;
 use crate::server::connection::{Connection, Next, READ_CHUNK};
-use crate::server::{PREAUTH_QUERY_BUFFER, stats};
+use crate::services::stats;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// Sends MONITOR's reply `ok`, then serves the feed until the mode ends.

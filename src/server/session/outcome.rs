@@ -6,7 +6,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::commands::context::{CommandResult, Outcome};
 use crate::server::connection::{Connection, Next};
-use crate::server::stats;
+use crate::services::stats;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// Does what a local command's outcome says.

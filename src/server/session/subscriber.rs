@@ -7,7 +7,7 @@ use flockd_proto::ProtocolVersion;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::server::connection::{Connection, FLUSH_AFTER_REPLIES};
-use crate::server::pubsub::Delivery;
+use crate::services::pubsub::Delivery;
 
 /// How long a subscriber's messages may wait to be written together.
 const MESSAGE_COALESCING: Duration = Duration::from_millis(1);

@@ -14,9 +14,9 @@ use super::Transaction;
 use crate::commands::context::{Ctx, Outcome, Proposal};
 use crate::commands::{Command, CommandError, Execution, TABLE, multi};
 use crate::server::connection::{Connection, Next};
-use crate::server::propose::{ProposeError, commit};
 use crate::server::replies::reply_to;
-use crate::server::stats;
+use crate::services::propose::{ProposeError, commit};
+use crate::services::stats;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// MULTI: the commands that follow are queued.

@@ -550,7 +550,7 @@ mod tests {
     use super::*;
     use std::net::SocketAddr;
 
-    use crate::server::clients::ClientRegistry;
+    use super::clients::ClientRegistry;
 
     fn client(registry: &ClientRegistry) -> Arc<ClientHandle> {
         let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();

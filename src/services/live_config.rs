@@ -11,9 +11,9 @@ use crate::config::change::ChangeError;
 use crate::logging::LoggingError;
 
 pub struct LiveConfig {
-    pub(super) current: ArcSwap<Config>,
+    current: ArcSwap<Config>,
     /// Serializes changes, so two CONFIG SETs cannot each publish half of theirs.
-    pub(super) changing: Mutex<()>,
+    changing: Mutex<()>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -32,6 +32,16 @@ impl LiveConfig {
             current: ArcSwap::from_pointee(config),
             changing: Mutex::new(()),
         }
+    }
+
+    /// Makes one change at a time: `make` gets the configuration in force and returns the next
+    /// one (with whatever effects need more than the new value made), which is then published.
+    pub fn change<E>(&self, make: impl FnOnce(&Config) -> Result<Config, E>) -> Result<(), E> {
+        let _one_at_a_time = self.changing.lock();
+        let old = self.current.load_full();
+        let next = make(&old)?;
+        self.current.store(Arc::new(next));
+        Ok(())
     }
 
     /// The configuration in force now (a later change does not alter what this returned).
