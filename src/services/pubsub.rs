@@ -550,7 +550,7 @@ mod tests {
     use super::*;
     use std::net::SocketAddr;
 
-    use super::clients::ClientRegistry;
+    use crate::services::clients::ClientRegistry;
 
     fn client(registry: &ClientRegistry) -> Arc<ClientHandle> {
         let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
