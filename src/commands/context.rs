@@ -153,6 +153,13 @@ pub struct Blocking {
     pub hook: &'static BlockingHook,
 }
 
+impl Blocking {
+    /// How a command with `WAIT wait_ms` blocks: not at all without one.
+    pub fn for_wait(wait_ms: u64, hook: &'static BlockingHook) -> Option<Blocking> {
+        (wait_ms > 0).then_some(Blocking { wait_ms, hook })
+    }
+}
+
 /// What the connection's blocking code asks of a blocking command, so that it names no op or
 /// result of its own: whether the op queued, how to leave the queue, and the replies.
 pub struct BlockingHook {

@@ -183,10 +183,7 @@ impl StateCommand for FlockAcquire {
     }
 
     fn blocking(&self) -> Option<Blocking> {
-        (self.wait_ms > 0).then_some(Blocking {
-            wait_ms: self.wait_ms,
-            hook: &WAIT,
-        })
+        Blocking::for_wait(self.wait_ms, &WAIT)
     }
 
     fn session_names(&self) -> Vec<Bytes> {
