@@ -313,7 +313,9 @@ pub fn unexpected(result: &OpResult) -> CommandError {
 
 /// Finds a command by name, case-insensitively: its table index.
 pub fn lookup(name: &[u8]) -> Option<usize> {
-    static INDEX: OnceLock<HashMap<&'static [u8], usize>> = OnceLock::new();
+    // foldhash, not SipHash: every request looks its command up here, and the names are ours.
+    type Index = HashMap<&'static [u8], usize, foldhash::fast::FixedState>;
+    static INDEX: OnceLock<Index> = OnceLock::new();
     let index = INDEX.get_or_init(|| {
         TABLE
             .iter()

@@ -7,6 +7,7 @@ use flockd_proto::{Reply, Request};
 use super::Shared;
 use crate::commands::context::ConnState;
 use crate::commands::{self, Command, CommandError, IS_STATE, TABLE};
+use crate::config::Config;
 use crate::services::stats;
 
 pub enum Admitted {
@@ -37,7 +38,7 @@ const SENTINEL_PORT_COMMANDS: &[&str] = &[
     "reset",
 ];
 
-pub fn admit(shared: &Shared, conn: &mut ConnState, request: Request) -> Admitted {
+pub fn admit(shared: &Shared, config: &Config, conn: &mut ConnState, request: Request) -> Admitted {
     stats::bump(&shared.stats.commands_processed, 1);
     let Some(index) = commands::lookup(&request.args[0]) else {
         stats::bump(&shared.stats.unknown_commands, 1);
@@ -83,11 +84,7 @@ pub fn admit(shared: &Shared, conn: &mut ConnState, request: Request) -> Admitte
         }
         return refuse(e);
     }
-    let command = match commands::parse(
-        index,
-        request.args,
-        commands::ArgLimits::of(&shared.config.load()),
-    ) {
+    let command = match commands::parse(index, request.args, commands::ArgLimits::of(config)) {
         Ok(command) => command,
         // As in Redis, a subcommand the command lacks is no call of it, not even a rejected one.
         Err(e @ CommandError::UnknownSubcommand { .. }) => {

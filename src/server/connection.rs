@@ -195,10 +195,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 
     /// Admits and runs one request.
     async fn handle(&mut self, request: Request) -> std::io::Result<Next> {
+        let arrived = Instant::now();
+        let config = self.shared.config.load();
         // For the slow log: parsing consumes the arguments.
-        let args = stats::SlowArgs::capture(&self.shared.config.load(), &request.args);
+        let args = stats::SlowArgs::capture(&config, &request.args);
         let request_bytes: usize = request.args.iter().map(Bytes::len).sum();
-        let (index, command) = match admission::admit(&self.shared, &mut self.conn, request) {
+        let admitted = admission::admit(&self.shared, &config, &mut self.conn, request);
+        drop(config);
+        let (index, command) = match admitted {
             Admitted::Command { index, command } => (index, command),
             Admitted::Close(reply) => {
                 self.push_ready(reply);
@@ -211,7 +215,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 return Ok(Next::Continue);
             }
         };
-        self.conn.handle.touch(index);
+        self.conn.handle.touch(index, arrived);
         self.session.worked_on(index);
         if self.queues(index) {
             self.queue(index, command);

@@ -38,9 +38,12 @@ pub struct ClientHandle {
 }
 
 impl ClientHandle {
-    pub fn touch(&self, command_index: usize) {
+    /// The connection ran the command at `command_index` at `now` (the caller's clock reading,
+    /// so a command costs one read of the clock, not one per bookkeeper).
+    pub fn touch(&self, command_index: usize, now: std::time::Instant) {
+        let age = now.saturating_duration_since(self.created);
         self.last_command_ms
-            .store(self.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+            .store(age.as_millis() as u64, Ordering::Relaxed);
         self.last_command
             .store(command_index + 1, Ordering::Relaxed);
     }
