@@ -5,7 +5,6 @@
 use bytes::Bytes;
 
 use crate::item::SnapshotItem;
-use crate::scan_index::ScanIndex;
 use crate::shards::Shards;
 
 #[derive(Clone)]
@@ -22,31 +21,22 @@ pub struct FenceStats {
     pub refused: u64,
 }
 
-/// No `Clone`: a snapshot takes [`FenceRegister::cut`], which leaves the scan index behind.
+/// No `Clone`: a snapshot takes [`FenceRegister::cut`].
 #[derive(Default)]
 pub(crate) struct FenceRegister {
+    /// In SCAN's walk order (keys are never removed).
     keys: Shards<Fence>,
-    /// Every key's place in a SCAN walk (derived from `keys`; keys are never removed).
-    places: ScanIndex,
     accepted: u64,
     refused: u64,
 }
 
 impl FenceRegister {
-    /// The fence of `key`, created (and given its place in the walk) if it is new.
+    /// The fence of `key`, created if it is new.
     fn fence_or_new(&mut self, key: &[u8]) -> &mut Fence {
-        let mut created = false;
-        let fence = self.keys.get_or_insert_with(key, || {
-            created = true;
-            Fence {
-                token: 0,
-                value: Bytes::new(),
-            }
-        });
-        if created {
-            self.places.insert(key);
-        }
-        fence
+        self.keys.get_or_insert_with(key, || Fence {
+            token: 0,
+            value: Bytes::new(),
+        })
     }
 
     /// Stores `value` at `token` if `token` >= the key's highest accepted token (0 for a new
@@ -67,17 +57,15 @@ impl FenceRegister {
         self.keys.get(key).is_some()
     }
 
-    /// Visits the keys from place `cursor` on (see [`ScanIndex::walk`]).
-    pub fn walk(&self, cursor: u64, count: usize, visit: impl FnMut(&[u8])) -> Option<u64> {
-        self.places.walk(cursor, count, visit)
+    /// Visits the keys from place `cursor` on (see [`Shards::walk`]).
+    pub fn walk(&self, cursor: u64, count: usize, mut visit: impl FnMut(&[u8])) -> Option<u64> {
+        self.keys.walk(cursor, count, |key, _| visit(key))
     }
 
-    /// The keys and counters, detached for a snapshot: a copy of the shard pointers, without
-    /// the scan index (a restore rebuilds it).
+    /// The keys and counters, detached for a snapshot: a copy of the shard pointers.
     pub fn cut(&self) -> FenceRegister {
         FenceRegister {
             keys: self.keys.clone(),
-            places: ScanIndex::default(),
             accepted: self.accepted,
             refused: self.refused,
         }

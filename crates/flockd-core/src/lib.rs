@@ -43,5 +43,4 @@ pub use v1::V1Change;
 pub const MAX_TOKEN: u64 = i64::MAX as u64;
 
 mod name;
-mod scan_index;
 mod shards;

@@ -1,21 +1,31 @@
-//! A hash map split into shards that are each behind an `Arc`, so that a snapshot of the whole
-//! map is a copy of the shard pointers: apply never waits for a snapshot to be written out. The
-//! first write to a shard a snapshot still holds copies that shard (one 256th of the map), like
-//! the pages of a forked Redis.
+//! A map from names to values, split into shards that are each behind an `Arc`, so that a
+//! snapshot of the whole map is a copy of the shard pointers: apply never waits for a snapshot
+//! to be written out. The first write to a shard a snapshot still holds copies that shard (one
+//! 256th of the map), like the pages of a forked Redis.
 //!
-//! The shard of a key comes from a hash with a fixed seed, so it is the same on every machine;
-//! within a shard the table is seeded per process, and nothing about the state depends on the
-//! order in which a shard iterates.
+//! Every key has a place: its shard in the top 8 of 63 bits, then 55 more bits of its hash,
+//! from a hash with a fixed seed, so the same on every machine and for the life of the key.
+//! Each shard is ordered by (place, name), so the whole map is in place order, and that order
+//! is also SCAN's walk: a cursor is a place, and a walk from it never skips a key that stays
+//! (what SCAN and FLOCK.SCAN promise) whatever else is inserted or removed meanwhile. A hash
+//! table would find a key with one or two fewer cache misses, but its order changes when it
+//! grows, so the walk needed an ordered index of every name beside it: 44 more bytes per name
+//! and a second insert per new name. A lookup compares places, integers, and names only on the
+//! (rare) tie.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::hash::BuildHasher;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::name::Name;
 
 pub(crate) const SHARDS: usize = 256;
 
-pub(crate) type Shard<V> = HashMap<Name, V, foldhash::fast::RandomState>;
+/// Bits of a place below the shard's.
+const SHARD_SHIFT: u32 = 55;
+
+type Shard<V> = BTreeMap<(u64, Name), V>;
 
 #[derive(Clone)]
 pub(crate) struct Shards<V: Clone> {
@@ -33,62 +43,215 @@ impl<V: Clone> Default for Shards<V> {
 const SEED: foldhash::fast::FixedState = foldhash::fast::FixedState::with_seed(0x666c_6f63_6b64);
 
 /// Which shard a key lives in.
+#[cfg(test)]
 pub(crate) fn shard_of(key: &[u8]) -> usize {
-    (SEED.hash_one(key) % SHARDS as u64) as usize
+    shard_of_place(place_of(key))
 }
 
-/// A key's place in a full walk of the map: its shard in the top 8 of 63 bits, then 55 more
-/// bits of its hash. The same on every machine and for the life of the key, whatever the map
-/// does meanwhile, so a cursor of such places never skips a key that stays (what FLOCK.SCAN
-/// promises). Places stay below 2^63 so that SCAN, which walks lock names and then fence keys,
-/// can mark the space in a cursor's top bit and still fit Redis's 64-bit cursors.
-pub(crate) fn scan_key(key: &[u8]) -> u64 {
+fn shard_of_place(place: u64) -> usize {
+    (place >> SHARD_SHIFT) as usize
+}
+
+/// A key's place in a full walk of the map (see the module's note). Places stay below 2^63 so
+/// that SCAN, which walks lock names and then fence keys, can mark the space in a cursor's top
+/// bit and still fit Redis's 64-bit cursors.
+pub(crate) fn place_of(key: &[u8]) -> u64 {
     let hash = SEED.hash_one(key);
-    ((hash % SHARDS as u64) << 55) | (hash >> 9)
+    ((hash % SHARDS as u64) << SHARD_SHIFT) | (hash >> 9)
+}
+
+/// The smallest key at `place`: the empty name sorts first.
+fn first_at(place: u64) -> (u64, Name) {
+    (place, Name::from(&b""[..]))
 }
 
 impl<V: Clone> Shards<V> {
     pub fn get(&self, key: &[u8]) -> Option<&V> {
-        self.shards[shard_of(key)].get(key)
+        let place = place_of(key);
+        let shard = &self.shards[shard_of_place(place)];
+        if Name::is_inline(key) {
+            // An inline name is built without an allocation: one plain descent.
+            return shard.get(&(place, Name::from(key)));
+        }
+        at_place(shard, place)
+            .find(|((_, name), _)| name.as_bytes() == key)
+            .map(|(_, value)| value)
     }
 
     pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut V> {
-        let shard = &mut self.shards[shard_of(key)];
+        let place = place_of(key);
+        let shard = &mut self.shards[shard_of_place(place)];
         // A shard a snapshot shares is copied only for a key it holds.
-        if Arc::get_mut(shard).is_none() && !shard.contains_key(key) {
+        if Arc::get_mut(shard).is_none() && !contains(shard, place, key) {
             return None;
         }
-        Arc::make_mut(shard).get_mut(key)
+        let shard = Arc::make_mut(shard);
+        if Name::is_inline(key) {
+            return shard.get_mut(&(place, Name::from(key)));
+        }
+        shard
+            .range_mut(first_at(place)..first_at(place + 1))
+            .find(|((_, name), _)| name.as_bytes() == key)
+            .map(|(_, value)| value)
     }
 
     pub fn get_or_insert_with(&mut self, key: &[u8], make: impl FnOnce() -> V) -> &mut V {
-        let shard = Arc::make_mut(&mut self.shards[shard_of(key)]);
-        // A short name is built without an allocation, so one `entry` lookup is cheapest; a long
-        // one would be boxed just to be looked up.
-        if !Name::is_inline(key) && shard.contains_key(key) {
-            return shard.get_mut(key).expect("checked above");
+        let place = place_of(key);
+        let shard = Arc::make_mut(&mut self.shards[shard_of_place(place)]);
+        // A long name would be boxed just to be looked up: look first, box only a new one.
+        if !Name::is_inline(key) && contains(shard, place, key) {
+            return shard
+                .range_mut(first_at(place)..first_at(place + 1))
+                .find(|((_, name), _)| name.as_bytes() == key)
+                .map(|(_, value)| value)
+                .expect("checked above");
         }
-        shard.entry(Name::from(key)).or_insert_with(make)
+        shard.entry((place, Name::from(key))).or_insert_with(make)
     }
 
     pub fn remove(&mut self, key: &[u8]) -> Option<V> {
-        let shard = &mut self.shards[shard_of(key)];
-        if !shard.contains_key(key) {
+        let place = place_of(key);
+        let shard = &mut self.shards[shard_of_place(place)];
+        if !contains(shard, place, key) {
             return None;
         }
-        Arc::make_mut(shard).remove(key)
+        Arc::make_mut(shard).remove(&(place, Name::from(key)))
     }
 
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.len()).sum()
     }
 
+    /// Every key and value, in place order.
     pub fn iter(&self) -> impl Iterator<Item = (&Name, &V)> {
-        self.shards.iter().flat_map(|s| s.iter())
+        self.shards
+            .iter()
+            .flat_map(|s| s.iter().map(|((_, name), value)| (name, value)))
     }
 
-    /// Every shard, writable (copying those a snapshot still holds).
-    pub fn shards_mut(&mut self) -> impl Iterator<Item = &mut Shard<V>> {
-        self.shards.iter_mut().map(Arc::make_mut)
+    /// Every key and value, writable (copying the shards a snapshot still holds).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Name, &mut V)> {
+        self.shards.iter_mut().flat_map(|s| {
+            Arc::make_mut(s)
+                .iter_mut()
+                .map(|((_, name), value)| (name, value))
+        })
+    }
+
+    /// Visits the keys from place `cursor` on, in place order, until `count` were visited (and
+    /// the keys sharing the last one's place: a cursor is a place, so they must come in the same
+    /// call). The cursor to go on with, or `None` once every place was visited. O(log n +
+    /// count) per call.
+    pub fn walk(&self, cursor: u64, count: usize, mut visit: impl FnMut(&[u8], &V)) -> Option<u64> {
+        let mut looked = 0;
+        let mut last = None;
+        let first_shard = shard_of_place(cursor);
+        for shard in self.shards.get(first_shard..)?.iter() {
+            for ((place, name), value) in shard.range(first_at(cursor)..) {
+                if looked >= count.max(1)
+                    && let Some(last) = last
+                    && last != *place
+                {
+                    // `place` is after `last`, so `last + 1` does not overflow.
+                    return Some(last + 1);
+                }
+                last = Some(*place);
+                looked += 1;
+                visit(name.as_bytes(), value);
+            }
+        }
+        None
+    }
+}
+
+/// The entries of one place: almost always none or one.
+fn at_place<V>(shard: &Shard<V>, place: u64) -> impl Iterator<Item = (&(u64, Name), &V)> {
+    shard.range((
+        Bound::Included(first_at(place)),
+        Bound::Excluded(first_at(place + 1)),
+    ))
+}
+
+fn contains<V>(shard: &Shard<V>, place: u64, key: &[u8]) -> bool {
+    if Name::is_inline(key) {
+        return shard.contains_key(&(place, Name::from(key)));
+    }
+    at_place(shard, place).any(|((_, name), _)| name.as_bytes() == key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: usize) -> Vec<u8> {
+        // Every third key is too long to be inline.
+        if i.is_multiple_of(3) {
+            format!("a-long-name-that-is-boxed-{i}").into_bytes()
+        } else {
+            format!("k{i}").into_bytes()
+        }
+    }
+
+    #[test]
+    fn keys_short_and_long_are_found_changed_and_removed_by_their_bytes() {
+        let mut map = Shards::<usize>::default();
+        for i in 0..3000 {
+            *map.get_or_insert_with(&key(i), || 0) += i;
+        }
+        // A second insert finds the key instead.
+        *map.get_or_insert_with(&key(3), || 1_000) += 1;
+        assert_eq!(map.len(), 3000);
+        assert_eq!(map.get(&key(3)), Some(&4));
+        assert_eq!(map.get(&key(4)), Some(&4));
+        *map.get_mut(&key(6)).unwrap() = 60;
+        assert_eq!(map.get(&key(6)), Some(&60));
+        assert_eq!(map.get(b"missing"), None);
+        assert_eq!(map.remove(&key(6)), Some(60));
+        assert_eq!(map.remove(&key(7)), Some(7));
+        assert_eq!(map.remove(&key(7)), None);
+        assert_eq!(
+            (map.len(), map.get(&key(6)), map.get(&key(7))),
+            (2998, None, None)
+        );
+    }
+
+    #[test]
+    fn a_snapshot_keeps_its_shards_as_they_were() {
+        let mut map = Shards::<usize>::default();
+        map.get_or_insert_with(b"a", || 1);
+        let snapshot = map.clone();
+        *map.get_mut(b"a").unwrap() = 2;
+        map.get_or_insert_with(b"b", || 3);
+        // A miss does not copy the shard it looked in.
+        assert!(map.get_mut(b"c").is_none());
+        assert_eq!((snapshot.get(b"a"), snapshot.get(b"b")), (Some(&1), None));
+        assert_eq!((map.get(b"a"), map.get(b"b")), (Some(&2), Some(&3)));
+    }
+
+    #[test]
+    fn a_walk_visits_every_key_once_in_place_order_across_calls() {
+        let mut map = Shards::<usize>::default();
+        for i in 0..2000 {
+            map.get_or_insert_with(&key(i), || i);
+        }
+        let mut seen = Vec::new();
+        let mut cursor = 0;
+        let mut calls = 0;
+        loop {
+            let next = map.walk(cursor, 7, |name, value| seen.push((name.to_vec(), *value)));
+            calls += 1;
+            match next {
+                Some(place) => cursor = place,
+                None => break,
+            }
+        }
+        assert!(calls >= 2000 / 7, "{calls} calls");
+        let places: Vec<u64> = seen.iter().map(|(name, _)| place_of(name)).collect();
+        assert!(places.is_sorted(), "in place order");
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 2000, "each key once");
+        assert!(seen.iter().all(|(name, value)| *name == key(*value)));
+        assert_eq!(map.iter().count(), 2000);
     }
 }

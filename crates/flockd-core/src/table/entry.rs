@@ -836,20 +836,16 @@ impl LockEntry {
         Some((deadline, first_token))
     }
 
-    /// What the index should hand the expiry task for this name at `now`: the due holdings by
-    /// first token, or 0 for a lock-delay that is over.
-    pub fn due_at(&self, now: Millis) -> Vec<u64> {
-        let mut due: Vec<u64> = self
-            .holdings()
-            .iter()
-            .filter(|h| !h.live_at(now))
-            .map(|h| h.first_token)
-            .collect();
+    /// What the index should hand the expiry task for this name at `now`, added to `due`: the
+    /// due holdings by first token, or 0 for a lock-delay that is over.
+    pub fn due_at(&self, now: Millis, due: &mut Vec<u64>) {
+        let before = due.len();
+        let lapsed = self.holdings().iter().filter(|h| !h.live_at(now));
+        due.extend(lapsed.map(|h| h.first_token));
         let delay_until = self.delay_until();
-        if due.is_empty() && delay_until.0 != 0 && delay_until <= now {
+        if due.len() == before && delay_until.0 != 0 && delay_until <= now {
             due.push(0);
         }
-        due
     }
 
     /// Drops the boxed part once the lock is free with nobody waiting and no lock-delay left at

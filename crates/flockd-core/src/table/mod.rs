@@ -15,7 +15,6 @@ mod tests;
 use bytes::Bytes;
 
 use crate::item::SnapshotItem;
-use crate::scan_index::ScanIndex;
 use crate::shards::Shards;
 use crate::terms::{Mode, Terms};
 use crate::{Event, HoldingRef, MAX_TOKEN, Millis, WaitId};
@@ -114,8 +113,6 @@ pub(crate) struct LockTable {
     deadlines: Deadlines,
     /// FLOCK.ACQUIREALL waiters (state, in snapshots).
     multi: MultiWaiters,
-    /// Every name's place in a FLOCK.SCAN walk (derived from `entries`).
-    scan: ScanIndex,
     /// Set when a push made the earliest deadline earlier: the expiry task must wake.
     deadline_moved_earlier: bool,
     pub counters: Counters,
@@ -136,7 +133,7 @@ impl LockTable {
     ) -> Option<R> {
         let floor = self.floor;
         let entry = if create {
-            entry_or_new(&mut self.entries, &mut self.scan, name, floor)
+            entry_or_new(&mut self.entries, name, floor)
         } else {
             self.entries.get_mut(name)?
         };
@@ -339,7 +336,6 @@ impl LockTable {
                 .get(name)
                 .is_some_and(|e| e.is_idle() && e.last_token < MAX_TOKEN);
             if forgettable && let Some(entry) = self.entries.remove(name) {
-                self.scan.remove(name);
                 // An entry at or below the floor the op started with is the same as none (a
                 // snapshot leaves it out): it is removed, but not counted, so every machine
                 // counts alike.
@@ -357,15 +353,13 @@ impl LockTable {
         let floor = self.floor;
         let new_floor = floor.saturating_add(by).min(MAX_TOKEN);
         let mut bumped = 0;
-        for shard in self.entries.shards_mut() {
-            for entry in shard.values_mut() {
-                // Entries a snapshot leaves out (idle, at or below the floor) are not counted.
-                if !entry.is_idle() || entry.last_token > floor {
-                    bumped += 1;
-                }
-                let token = entry.counter(floor).saturating_add(by).min(MAX_TOKEN);
-                entry.last_token = entry.last_token.max(token);
+        for (_, entry) in self.entries.iter_mut() {
+            // Entries a snapshot leaves out (idle, at or below the floor) are not counted.
+            if !entry.is_idle() || entry.last_token > floor {
+                bumped += 1;
             }
+            let token = entry.counter(floor).saturating_add(by).min(MAX_TOKEN);
+            entry.last_token = entry.last_token.max(token);
         }
         self.floor = new_floor;
         bumped
@@ -487,6 +481,8 @@ impl LockTable {
         let mut due = Vec::new();
         // Pushed back only after the loop, or the same call would pop them again.
         let mut retries = Vec::new();
+        // One name's due first tokens, the buffer reused from name to name.
+        let mut tokens = Vec::new();
         while due.len() < limit {
             let Some((at, name, _)) = self.deadlines.pop_due(now) else {
                 break;
@@ -497,9 +493,14 @@ impl LockTable {
             if entry.scheduled_at() == at.0 {
                 entry.set_scheduled(0);
             }
-            let due_here = entry.due_at(now);
-            if let Some(&first) = due_here.first() {
-                due.extend(due_here.iter().map(|&first_token| HoldingRef {
+            tokens.clear();
+            entry.due_at(now, &mut tokens);
+            if let Some(&first) = tokens.first() {
+                if due.is_empty() {
+                    // Due leases come in crowds (a burst of grants ends together): one allocation.
+                    due.reserve(limit.min(4096));
+                }
+                due.extend(tokens.iter().map(|&first_token| HoldingRef {
                     name: name.clone(),
                     first_token,
                 }));
@@ -521,13 +522,11 @@ impl LockTable {
     /// Puts every holding's deadline into the index (after a restore).
     pub fn rebuild_deadlines(&mut self) {
         self.deadlines.clear();
-        for shard in self.entries.shards_mut() {
-            for (name, entry) in shard.iter_mut() {
-                entry.set_scheduled(0);
-                if let Some((deadline, first_token)) = entry.take_schedule() {
-                    let name = Bytes::copy_from_slice(name.as_bytes());
-                    self.deadlines.push(deadline, name, first_token);
-                }
+        for (name, entry) in self.entries.iter_mut() {
+            entry.set_scheduled(0);
+            if let Some((deadline, first_token)) = entry.take_schedule() {
+                let name = Bytes::copy_from_slice(name.as_bytes());
+                self.deadlines.push(deadline, name, first_token);
             }
         }
         self.deadline_moved_earlier = true;
@@ -557,19 +556,17 @@ impl LockTable {
         // The first pass may only unmark; the second then finds the names it unmarked (it skips
         // those the first pass picked, which are unmarked too).
         for _pass in 0..2 {
-            for shard in self.entries.shards_mut() {
-                for (name, entry) in shard.iter_mut() {
-                    if picked.len() >= target {
-                        return picked;
-                    }
-                    if !entry.is_idle() || entry.last_token >= MAX_TOKEN {
-                        continue;
-                    }
-                    if entry.take_recently_used() || !chosen.insert(name.as_bytes().to_vec()) {
-                        continue;
-                    }
-                    picked.push(Bytes::copy_from_slice(name.as_bytes()));
+            for (name, entry) in self.entries.iter_mut() {
+                if picked.len() >= target {
+                    return picked;
                 }
+                if !entry.is_idle() || entry.last_token >= MAX_TOKEN {
+                    continue;
+                }
+                if entry.take_recently_used() || !chosen.insert(name.as_bytes().to_vec()) {
+                    continue;
+                }
+                picked.push(Bytes::copy_from_slice(name.as_bytes()));
             }
         }
         picked
@@ -642,7 +639,7 @@ impl LockTable {
         let floor = self.floor;
         match item {
             SnapshotItem::Counter { name, token } => {
-                let entry = entry_or_new(&mut self.entries, &mut self.scan, name, floor);
+                let entry = entry_or_new(&mut self.entries, name, floor);
                 entry.last_token = entry.last_token.max(*token);
             }
             SnapshotItem::Holding {
@@ -656,7 +653,7 @@ impl LockTable {
                 grants,
                 terms,
             } => {
-                let entry = entry_or_new(&mut self.entries, &mut self.scan, name, floor);
+                let entry = entry_or_new(&mut self.entries, name, floor);
                 let holding = Holding {
                     owner: owner.map(Bytes::copy_from_slice),
                     first_token: *first_token,
@@ -677,7 +674,7 @@ impl LockTable {
                 lease_ms,
                 terms,
             } => {
-                let entry = entry_or_new(&mut self.entries, &mut self.scan, name, floor);
+                let entry = entry_or_new(&mut self.entries, name, floor);
                 let waiter = Waiter {
                     wait: *wait,
                     owner: owner.map(Bytes::copy_from_slice),
@@ -687,7 +684,7 @@ impl LockTable {
                 entry.push_waiter(waiter, &mut self.counters);
             }
             SnapshotItem::Delay { name, until } => {
-                let entry = entry_or_new(&mut self.entries, &mut self.scan, name, floor);
+                let entry = entry_or_new(&mut self.entries, name, floor);
                 entry.set_delay_until(*until);
             }
             SnapshotItem::MultiWaiter {

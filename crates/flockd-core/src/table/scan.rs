@@ -1,5 +1,5 @@
 //! FLOCK.SCAN: walking the lock table a few names per call, with Redis's cursor guarantee, on
-//! the table's [`ScanIndex`]. A name present for the whole walk is returned once (twice never,
+//! the table's own order (see [`crate::shards`]). A name present for the whole walk is returned once (twice never,
 //! unless it was forgotten and created again).
 
 use bytes::Bytes;
@@ -7,25 +7,15 @@ use bytes::Bytes;
 use super::LockTable;
 use super::entry::LockEntry;
 use crate::Millis;
-use crate::scan_index::ScanIndex;
 use crate::shards::Shards;
 
-/// The entry of `name`, created (and given its place in the walk) if it is new.
+/// The entry of `name`, created if it is new.
 pub(super) fn entry_or_new<'a>(
     entries: &'a mut Shards<LockEntry>,
-    scan: &mut ScanIndex,
     name: &[u8],
     floor: u64,
 ) -> &'a mut LockEntry {
-    let mut created = false;
-    let entry = entries.get_or_insert_with(name, || {
-        created = true;
-        LockEntry::new(floor)
-    });
-    if created {
-        scan.insert(name);
-    }
-    entry
+    entries.get_or_insert_with(name, || LockEntry::new(floor))
 }
 
 /// Which names a FLOCK.SCAN call returns.
@@ -42,13 +32,10 @@ impl LockTable {
     /// pass `filter`, and the cursor to go on with: 0 once the walk is over.
     pub fn scan(&self, cursor: u64, count: usize, filter: ScanFilter) -> (u64, Vec<Bytes>) {
         let mut names = Vec::new();
-        let next = self.scan.walk(cursor, count, |name| {
+        let next = self.entries.walk(cursor, count, |name, entry| {
             let keep = match filter {
                 ScanFilter::All => true,
-                ScanFilter::HeldAt(now) => self
-                    .entries
-                    .get(name)
-                    .is_some_and(|e| e.latest_live(now).is_some()),
+                ScanFilter::HeldAt(now) => entry.latest_live(now).is_some(),
             };
             if keep {
                 names.push(Bytes::copy_from_slice(name));
@@ -57,15 +44,15 @@ impl LockTable {
         (next.unwrap_or(0), names)
     }
 
-    /// Visits the names from place `cursor` on (see [`ScanIndex::walk`]): SCAN's walk of the
+    /// Visits the names from place `cursor` on (see [`Shards::walk`]): SCAN's walk of the
     /// lock names, which filters them against the fence keys.
     pub(crate) fn walk_names(
         &self,
         cursor: u64,
         count: usize,
-        visit: impl FnMut(&[u8]),
+        mut visit: impl FnMut(&[u8]),
     ) -> Option<u64> {
-        self.scan.walk(cursor, count, visit)
+        self.entries.walk(cursor, count, |name, _| visit(name))
     }
 
     /// Whether the table keeps `name` (what FLOCK.SCAN lists, and TYPE calls `flock`).
