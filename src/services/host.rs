@@ -103,13 +103,18 @@ impl StateHost {
         self.machine.write().reset_stats();
     }
 
-    /// Routes the events of one op; those to publish move to `publish` (when it is `Some`).
-    fn route(&self, events: &mut Vec<Event>, publish: &mut Option<Vec<Event>>) {
+    /// Routes the events of one op; those to publish move to `publish` (when it is `Some`),
+    /// expiries to `expired` (for FLOCK.HOT, once the machine's lock is released).
+    fn route(
+        &self,
+        events: &mut Vec<Event>,
+        publish: &mut Option<Vec<Event>>,
+        expired: &mut Vec<bytes::Bytes>,
+    ) {
         for event in events.drain(..) {
             self.holds.observe(&event);
             if let Event::Expired { name, .. } = &event {
-                self.hot
-                    .record(name, Contention::Expired, std::time::Instant::now());
+                expired.push(name.clone());
             }
             match &event {
                 Event::Granted {
@@ -139,6 +144,9 @@ impl StateHost {
         // Collected only while somebody listens, and published on the pub/sub thread, so
         // subscribers never hold up applying (or the readers waiting for it).
         let mut publish = self.pubsub.wants_events().then(Vec::new);
+        // FLOCK.HOT's figures, recorded after the machine's lock is released.
+        let mut contended = Vec::new();
+        let mut expired = Vec::new();
         let mut machine = self.machine.write();
         for entry in entries {
             let mut entry_results = Vec::with_capacity(entry.ops.len());
@@ -150,8 +158,7 @@ impl StateHost {
                         if local {
                             self.waits.queued(*wait);
                         }
-                        self.hot
-                            .record(name, Contention::Queued, std::time::Instant::now());
+                        contended.push((name, Contention::Queued));
                     }
                     (OpResult::Acquire(AcquireResult::Queued(wait)), _)
                     | (OpResult::AcquireAll(AcquireAllResult::Queued(wait)), _)
@@ -160,8 +167,7 @@ impl StateHost {
                         self.waits.queued(*wait)
                     }
                     (OpResult::Acquire(AcquireResult::Busy), Op::Acquire { name, .. }) => {
-                        self.hot
-                            .record(name, Contention::Busy, std::time::Instant::now());
+                        contended.push((name, Contention::Busy));
                     }
                     // A cancel ends the wait whatever it found: nobody claims it any more.
                     (_, Op::CancelWait { wait, .. } | Op::CancelWaitAll { wait, .. }) => {
@@ -170,7 +176,7 @@ impl StateHost {
                     _ => {}
                 }
                 entry_results.push(result);
-                self.route(&mut events, &mut publish);
+                self.route(&mut events, &mut publish, &mut expired);
             }
             results.push(entry_results);
         }
@@ -178,6 +184,11 @@ impl StateHost {
         drop(machine);
         if wake {
             self.expiry_wake.notify_one();
+        }
+        if !contended.is_empty() || !expired.is_empty() {
+            let expiries = expired.iter().map(|name| (name, Contention::Expired));
+            let seen = contended.into_iter().chain(expiries);
+            self.hot.record_all(seen, std::time::Instant::now());
         }
         if let Some(publish) = publish
             && !publish.is_empty()

@@ -99,6 +99,16 @@ impl HotLocks {
     }
 
     pub fn record(&self, name: &Bytes, what: Contention, now: Instant) {
+        self.record_all([(name, what)], now);
+    }
+
+    /// Records several at once, under one take of the sketch's lock (apply records a batch's
+    /// contention after it released the machine's lock, so readers do not wait for this).
+    pub fn record_all<'a>(
+        &self,
+        seen: impl IntoIterator<Item = (&'a Bytes, Contention)>,
+        now: Instant,
+    ) {
         let period = self.period(now);
         let mut slots = self.slots.lock();
         let slot = &mut slots[(period % SLOTS as u64) as usize];
@@ -108,51 +118,10 @@ impl HotLocks {
             slot.by_weight.clear();
             slot.next_id = 0;
         }
-        if !slot.names.contains_key(name) {
-            // Space-Saving: when full, the least weighty name makes room and leaves its weight
-            // behind.
-            let mut floor = 0;
-            if slot.names.len() >= self.capacity
-                && let Some(((weight, _), victim)) = slot.by_weight.pop_first()
-            {
-                slot.names.remove(&victim);
-                floor = weight;
-            }
-            let id = slot.next_id;
-            slot.next_id += 1;
-            // A copy, not a clone: the name is a slice of some connection's read buffer, which
-            // a clone would keep alive (and whose shared count every drop would touch).
-            let name = Bytes::copy_from_slice(name);
-            slot.names.insert(
-                name.clone(),
-                Tracked {
-                    weight: floor,
-                    id,
-                    counts: HotCounts::default(),
-                },
-            );
-            slot.by_weight.insert((floor, id), name.clone());
-        }
-        let Some(tracked) = slot.names.get_mut(name) else {
-            return;
-        };
-        match what {
-            Contention::Queued => tracked.counts.waits += 1,
-            Contention::Waited(d) => {
-                tracked.counts.wait_ms += d.as_millis() as u64;
-                // The time adds to what was counted when it queued, not to the weight.
-                return;
-            }
-            Contention::Expired => tracked.counts.expiries += 1,
-            Contention::Busy => tracked.counts.busy += 1,
-        }
-        let (weight, id) = (tracked.weight, tracked.id);
-        tracked.weight += 1;
-        if let Some(name) = slot.by_weight.remove(&(weight, id)) {
-            slot.by_weight.insert((weight + 1, id), name);
+        for (name, what) in seen {
+            slot.count(name, what, self.capacity);
         }
     }
-
     /// The `count` most contended names of the last minute: most waits first, then most busy
     /// answers, most expiries, most time waited, then by name.
     pub fn top(&self, count: usize, now: Instant) -> Vec<HotName> {
@@ -188,6 +157,54 @@ impl HotLocks {
         });
         lines.truncate(count);
         lines
+    }
+}
+
+impl Slot {
+    fn count(&mut self, name: &Bytes, what: Contention, capacity: usize) {
+        if !self.names.contains_key(name) {
+            // Space-Saving: when full, the least weighty name makes room and leaves its weight
+            // behind.
+            let mut floor = 0;
+            if self.names.len() >= capacity
+                && let Some(((weight, _), victim)) = self.by_weight.pop_first()
+            {
+                self.names.remove(&victim);
+                floor = weight;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            // A copy, not a clone: the name is a slice of some connection's read buffer, which
+            // a clone would keep alive (and whose shared count every drop would touch).
+            let name = Bytes::copy_from_slice(name);
+            self.names.insert(
+                name.clone(),
+                Tracked {
+                    weight: floor,
+                    id,
+                    counts: HotCounts::default(),
+                },
+            );
+            self.by_weight.insert((floor, id), name.clone());
+        }
+        let Some(tracked) = self.names.get_mut(name) else {
+            return;
+        };
+        match what {
+            Contention::Queued => tracked.counts.waits += 1,
+            Contention::Waited(d) => {
+                tracked.counts.wait_ms += d.as_millis() as u64;
+                // The time adds to what was counted when it queued, not to the weight.
+                return;
+            }
+            Contention::Expired => tracked.counts.expiries += 1,
+            Contention::Busy => tracked.counts.busy += 1,
+        }
+        let (weight, id) = (tracked.weight, tracked.id);
+        tracked.weight += 1;
+        if let Some(name) = self.by_weight.remove(&(weight, id)) {
+            self.by_weight.insert((weight + 1, id), name);
+        }
     }
 }
 
