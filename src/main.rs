@@ -50,6 +50,12 @@ fn main() -> ExitCode {
         eprintln!("flockd: {e}");
         return ExitCode::from(2);
     }
+    // jemalloc hands freed pages back to the system only on some later allocation, unless its
+    // background thread does it: without it a server gone idle after a burst kept its peak
+    // RSS for good (297 bytes per name against 181 with it, 15 s after 4M acquires).
+    if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {
+        tracing::warn!("jemalloc's background thread did not start: {e}");
+    }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     runtime.enable_all().thread_name("flockd-worker");
     if config.worker_threads > 0 {
