@@ -162,49 +162,55 @@ impl HotLocks {
 
 impl Slot {
     fn count(&mut self, name: &Bytes, what: Contention, capacity: usize) {
-        if !self.names.contains_key(name) {
-            // Space-Saving: when full, the least weighty name makes room and leaves its weight
-            // behind.
-            let mut floor = 0;
-            if self.names.len() >= capacity
-                && let Some(((weight, _), victim)) = self.by_weight.pop_first()
-            {
-                self.names.remove(&victim);
-                floor = weight;
+        if let Some(tracked) = self.names.get_mut(name) {
+            if tracked.add(what) {
+                let (weight, id) = (tracked.weight, tracked.id);
+                if let Some(name) = self.by_weight.remove(&(weight - 1, id)) {
+                    self.by_weight.insert((weight, id), name);
+                }
             }
-            let id = self.next_id;
-            self.next_id += 1;
-            // A copy, not a clone: the name is a slice of some connection's read buffer, which
-            // a clone would keep alive (and whose shared count every drop would touch).
-            let name = Bytes::copy_from_slice(name);
-            self.names.insert(
-                name.clone(),
-                Tracked {
-                    weight: floor,
-                    id,
-                    counts: HotCounts::default(),
-                },
-            );
-            self.by_weight.insert((floor, id), name.clone());
-        }
-        let Some(tracked) = self.names.get_mut(name) else {
             return;
+        }
+        // Space-Saving: when full, the least weighty name makes room and leaves its weight
+        // behind.
+        let mut floor = 0;
+        if self.names.len() >= capacity
+            && let Some(((weight, _), victim)) = self.by_weight.pop_first()
+        {
+            self.names.remove(&victim);
+            floor = weight;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut tracked = Tracked {
+            weight: floor,
+            id,
+            counts: HotCounts::default(),
         };
+        tracked.add(what);
+        // A copy, not a clone: the name is a slice of some connection's read buffer, which a
+        // clone would keep alive (and whose shared count every drop would touch).
+        let name = Bytes::copy_from_slice(name);
+        self.by_weight.insert((tracked.weight, id), name.clone());
+        self.names.insert(name, tracked);
+    }
+}
+
+impl Tracked {
+    /// Counts one event; true if it added to the weight.
+    fn add(&mut self, what: Contention) -> bool {
         match what {
-            Contention::Queued => tracked.counts.waits += 1,
+            Contention::Queued => self.counts.waits += 1,
             Contention::Waited(d) => {
-                tracked.counts.wait_ms += d.as_millis() as u64;
+                self.counts.wait_ms += d.as_millis() as u64;
                 // The time adds to what was counted when it queued, not to the weight.
-                return;
+                return false;
             }
-            Contention::Expired => tracked.counts.expiries += 1,
-            Contention::Busy => tracked.counts.busy += 1,
+            Contention::Expired => self.counts.expiries += 1,
+            Contention::Busy => self.counts.busy += 1,
         }
-        let (weight, id) = (tracked.weight, tracked.id);
-        tracked.weight += 1;
-        if let Some(name) = self.by_weight.remove(&(weight, id)) {
-            self.by_weight.insert((weight + 1, id), name);
-        }
+        self.weight += 1;
+        true
     }
 }
 
