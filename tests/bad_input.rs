@@ -515,3 +515,72 @@ fn bad_lock_arguments_get_clear_errors_and_change_nothing() {
     let info = raw.call(&["INFO", "stats"]);
     assert!(!info.contains("\r\ntotal_error_replies:0\r\n"), "{info}");
 }
+
+/// Runs curl with `args` (bounded by `timeout 20`); its exit code. curl is Debian's package.
+fn curl(args: &[&str]) -> Option<i32> {
+    let status = std::process::Command::new("timeout")
+        .arg("20")
+        .arg("curl")
+        .args(["--silent", "--show-error", "--max-time", "10"])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .ok()?;
+    status.code()
+}
+
+/// An HTTP request on the RESP port runs nothing (a web page in a browser on the host can send
+/// one): a real HTTP client's POST whose body is a command leaves the lock held, the connection
+/// is closed without a reply, and the refusal is counted and logged, as Redis does.
+#[test]
+fn an_http_request_on_the_resp_port_runs_nothing() {
+    if curl(&["--version"]) != Some(0) {
+        return common::skipping("curl is not installed");
+    }
+    let server = TestServer::start(&[]);
+    let mut raw = server.raw();
+    assert_eq!(raw.call(&["FLOCK.ACQUIRE", "victim", "60000"]), ":1\r\n");
+
+    let url = format!("http://{}/", server.addr);
+    // curl gets no HTTP answer: its exit code says so (52: empty reply, 56: connection reset).
+    let code = curl(&[
+        "-X",
+        "POST",
+        "--data-binary",
+        "\r\nFLOCK.FORCERELEASE victim\r\nFLOCK.ACQUIRE victim2 60000\r\n",
+        &url,
+    ]);
+    assert!(matches!(code, Some(52 | 56)), "curl exit {code:?}");
+    assert_eq!(raw.call(&["FLOCK.TOKEN", "victim"]), ":1\r\n");
+    assert_ne!(raw.call(&["FLOCK.TTL", "victim"]), ":-2\r\n");
+    assert_eq!(raw.call(&["FLOCK.TOKEN", "victim2"]), ":0\r\n");
+
+    // A GET with its headers: the request line is an unknown command, `Host:` closes before the
+    // body's command runs.
+    let mut get = server.raw();
+    get.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nFLOCK.FORCERELEASE victim\r\n");
+    let got = get.read_to_close();
+    assert!(got.starts_with("-ERR unknown command 'GET'"), "{got:?}");
+    assert_eq!(got.matches("\r\n").count(), 1, "{got:?}");
+
+    // Pipelined behind a command that runs: that one is answered, nothing after POST is.
+    let mut piped = server.raw();
+    piped.send(b"PING\r\nPOST / HTTP/1.1\r\nFLOCK.FORCERELEASE victim\r\n");
+    assert_eq!(piped.read_to_close(), "+PONG\r\n");
+    // The same in RESP's own framing, the command named in any case.
+    let mut framed = server.raw();
+    framed.send(&encode_request(&[b"host:", b"x"]));
+    framed.send(&encode_request(&[b"FLOCK.FORCERELEASE", b"victim"]));
+    assert_eq!(framed.read_to_close(), "");
+
+    assert_ne!(raw.call(&["FLOCK.TTL", "victim"]), ":-2\r\n");
+    assert_eq!(
+        common::info_int(&mut raw, "stats", "http_requests_refused"),
+        4
+    );
+    // Logged once (a page that keeps trying cannot flood the log).
+    let log = server.log();
+    assert_eq!(log.matches("possible security attack").count(), 1, "{log}");
+    assert_eq!(raw.call(&["PING"]), "+PONG\r\n");
+}

@@ -552,7 +552,7 @@ fn ping_node(cluster: &Cluster, i: usize) -> (bool, String) {
     let port = cluster.ports[i].to_string();
     let id = (i + 1).to_string();
     let peers = cluster.peers_for(i);
-    let out = std::process::Command::new(common::BIN)
+    let out = std::process::Command::new(&*common::BIN)
         .args(["--bind", "127.0.0.1", "--port", &port, "--node-id", &id])
         .args(["--cluster-peers", &peers, "ping"])
         .output()

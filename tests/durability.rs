@@ -156,7 +156,7 @@ fn cmd(args: &[&str]) -> Vec<String> {
 /// Runs the binary to completion (bounded by `timeout`; killed and reported if it is still
 /// running): (exit success, exit code, stdout, stderr).
 fn run_flockd(args: &[&str], timeout: Duration) -> (bool, Option<i32>, String, String) {
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(&*BIN)
         .args(args)
         .env_remove("RUST_LOG")
         .env("FLOCKD_LOG_LEVEL", "info")

@@ -22,7 +22,7 @@ struct LockRun {
 
 impl LockRun {
     fn start(url: &str, args: &[&str]) -> LockRun {
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(&*BIN)
             .arg("lock")
             .args(args)
             .env("FLOCKD_URL", url)
@@ -636,8 +636,9 @@ fn an_interactive_command_gets_the_terminal() {
     // script(1) runs flockd lock on a pseudo-terminal, in its foreground. CMD reads that
     // terminal: in a background process group its read would stop it (SIGTTIN) for good.
     let line = format!(
-        "FLOCKD_URL={} {BIN} lock tty -- sh -c 'read line; echo \"got $line token $FLOCK_TOKEN\"; exit 4'",
-        server.url()
+        "FLOCKD_URL={} {bin} lock tty -- sh -c 'read line; echo \"got $line token $FLOCK_TOKEN\"; exit 4'",
+        server.url(),
+        bin = &*BIN
     );
     let mut child = Command::new("timeout")
         .args(["20", "script", "-qec", &line, "/dev/null"])

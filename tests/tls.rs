@@ -682,3 +682,37 @@ fn flockd_lock_over_mutual_tls_with_the_tls_files() {
     assert_eq!(out.stdout, "");
     assert!(out.stderr.starts_with("flockd lock: "), "{}", out.stderr);
 }
+
+/// An HTTP request on the TLS port runs nothing, as on the plain port: curl's POST over TLS,
+/// its body a command, leaves the lock held and is counted.
+#[test]
+fn an_https_request_on_the_tls_port_runs_nothing() {
+    if !have("curl", "--version") {
+        return skipping("curl is not installed");
+    }
+    let pki = Pki::new();
+    let server = start(&pki, &["--tls-auth-clients", "no"]);
+    let mut raw = server.raw();
+    assert_eq!(raw.call(&["FLOCK.ACQUIRE", "victim", "60000"]), ":1\r\n");
+    let url = format!("https://{}/", tls_addr(&server));
+    let status = Command::new("timeout")
+        .args(["20", "curl", "--silent", "--max-time", "10", "--cacert"])
+        .arg(pki.p("ca.crt"))
+        .args([
+            "-X",
+            "POST",
+            "--data-binary",
+            "\r\nFLOCK.FORCERELEASE victim\r\n",
+            &url,
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .expect("run curl");
+    // No HTTP answer: 52 (empty reply) or 56 (reset).
+    assert!(matches!(status.code(), Some(52 | 56)), "curl: {status:?}");
+    assert_ne!(raw.call(&["FLOCK.TTL", "victim"]), ":-2\r\n");
+    assert_eq!(
+        common::info_int(&mut raw, "stats", "http_requests_refused"),
+        1
+    );
+}

@@ -212,6 +212,7 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
                     + read(&s.protocol_errors)),
             );
             field("unknown_commands", &read(&s.unknown_commands));
+            field("http_requests_refused", &read(&s.http_requests_refused));
             field("protocol_errors", &read(&s.protocol_errors));
         }
         "persistence" if services.aof().is_none() => {

@@ -17,6 +17,9 @@ pub enum Admitted {
     Refused(Reply),
     /// Refused with this reply, and the connection is closed (its user was deleted).
     Close(Reply),
+    /// The connection is closed at once, with no reply and nothing after it run: the request
+    /// is the start of an HTTP request (`POST`, `Host:`).
+    Drop,
 }
 
 /// What a Sentinel answers (the sentinel port): discovery, pub/sub, and the connection's own.
@@ -39,6 +42,10 @@ const SENTINEL_PORT_COMMANDS: &[&str] = &[
 ];
 
 pub fn admit(shared: &Shared, config: &Config, conn: &mut ConnState, request: Request) -> Admitted {
+    if looks_like_http(&request.args[0]) {
+        refuse_http(shared, conn);
+        return Admitted::Drop;
+    }
     stats::bump(&shared.stats.commands_processed, 1);
     let Some(index) = commands::lookup(&request.args[0]) else {
         stats::bump(&shared.stats.unknown_commands, 1);
@@ -110,6 +117,31 @@ pub fn admit(shared: &Shared, config: &Config, conn: &mut ConnState, request: Re
 /// through the log.
 pub fn is_local(index: usize) -> bool {
     !IS_STATE[index]
+}
+
+/// Whether a request's first word starts an HTTP request: a browser's `POST` (a form or
+/// `fetch` from any web page can send one to a loopback port) or a header line `Host:`. Redis
+/// closes the connection on the same two words (`securityWarningCommand`); `GET` needs no
+/// check, since flockd has no such command and the `Host:` line that follows it closes.
+fn looks_like_http(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"post") || name.eq_ignore_ascii_case(b"host:")
+}
+
+/// Counts and logs an HTTP request on a RESP port. Logged at most once a minute, as Redis does,
+/// so a page that keeps trying cannot flood the log.
+fn refuse_http(shared: &Shared, conn: &ConnState) {
+    static LAST_LOGGED: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+    stats::bump(&shared.stats.http_requests_refused, 1);
+    let mut last = LAST_LOGGED.lock().unwrap_or_else(|e| e.into_inner());
+    if last.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(60)) {
+        *last = Some(std::time::Instant::now());
+        tracing::warn!(
+            client = %conn.handle.addr,
+            "possible security attack: a client sent an HTTP request (POST or Host:) to the RESP port, \
+             as a web page in a browser can; its connection was closed and nothing it sent ran \
+             (INFO stats: http_requests_refused)"
+        );
+    }
 }
 
 fn refuse(error: CommandError) -> Admitted {

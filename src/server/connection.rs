@@ -208,6 +208,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 self.push_ready(reply);
                 return Ok(Next::Close);
             }
+            Admitted::Drop => {
+                // Nothing more from this client runs: what it sent after is dropped unread.
+                self.input.clear();
+                return Ok(Next::Close);
+            }
             Admitted::Refused(reply) => {
                 // A command that cannot be queued dooms the transaction (EXECABORT).
                 self.doom_transaction();

@@ -71,6 +71,9 @@ pub struct ServerStats {
     pub net_input_bytes: AtomicU64,
     pub net_output_bytes: AtomicU64,
     pub unknown_commands: AtomicU64,
+    /// Connections closed because a request looked like HTTP (`POST`, `Host:`): a web page
+    /// reaching the port through a browser (cross-protocol scripting), as Redis refuses it.
+    pub http_requests_refused: AtomicU64,
     /// A known command with a subcommand it does not have (`CLIENT MAINT_NOTIFICATIONS`): as in
     /// Redis an error reply, but no call (not even a rejected one) of any command.
     pub unknown_subcommands: AtomicU64,
@@ -98,6 +101,7 @@ impl ServerStats {
             net_input_bytes: AtomicU64::new(0),
             net_output_bytes: AtomicU64::new(0),
             unknown_commands: AtomicU64::new(0),
+            http_requests_refused: AtomicU64::new(0),
             unknown_subcommands: AtomicU64::new(0),
             names_forgotten: AtomicU64::new(0),
             commands: (0..commands).map(|_| CommandStat::default()).collect(),
@@ -144,6 +148,7 @@ pub fn reset(s: &ServerStats) {
         &s.net_input_bytes,
         &s.net_output_bytes,
         &s.unknown_commands,
+        &s.http_requests_refused,
         &s.unknown_subcommands,
         &s.names_forgotten,
     ] {

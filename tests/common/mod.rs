@@ -15,7 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_flockd");
+/// The binary under test: the one cargo built, or `FLOCKD_TEST_BIN` to run a suite against
+/// another build (an older commit's, to see that a new test fails there).
+pub static BIN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    std::env::var("FLOCKD_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_flockd").to_owned())
+});
 
 /// A fresh directory under the system temp dir, removed on drop.
 pub struct TempDir(pub PathBuf);
@@ -90,7 +94,7 @@ impl Server {
         args: Vec<String>,
         env: &[(&str, &str)],
     ) -> Result<Server, String> {
-        let mut command = Command::new(BIN);
+        let mut command = Command::new(&*BIN);
         command
             .args(&args)
             .env_remove("RUST_LOG")
@@ -302,7 +306,7 @@ pub struct RunOutput {
 /// Runs `flockd args...` with extra environment and no stdin, for at most `timeout` (then it is
 /// killed); for flags like `--version` and configuration errors that exit at once.
 pub fn run_flockd(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> RunOutput {
-    let mut command = Command::new(BIN);
+    let mut command = Command::new(&*BIN);
     command
         .args(args)
         .env_remove("RUST_LOG")
