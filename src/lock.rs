@@ -1,5 +1,8 @@
-//! `flockd lock NAME [options] -- CMD [ARGS...]`: runs a command while holding a flockd lock,
-//! as `flock(1)`, `etcdctl lock` and `consul lock` do for theirs. The lock is taken (waiting
+//! `flockd lock NAME [options] [--] CMD [ARGS...]`: runs a command while holding a flockd lock,
+//! as `flock(1)`, `etcdctl lock` and `consul lock` do for theirs. As with flock(1), `-w` is in
+//! seconds (fractions allowed), `-n` does not wait, `-E` sets the conflict exit code, and `--`
+//! before CMD is optional. Unlike flock(1), the lock has a lease (`--lease`, in ms, as the
+//! server's lease-ms) that is renewed while CMD runs. The lock is taken (waiting
 //! if asked), CMD runs in a process group of its own with `FLOCK_NAME`, `FLOCK_TOKEN`,
 //! `FLOCK_LEASE_MS` and `FLOCKD_URL` in its environment, the lease is renewed at a third of its
 //! length (crates/flockd-client's watchdog, across a cluster's nodes), and the lock is released
@@ -46,9 +49,12 @@ pub struct LockArgs {
     #[arg(long, value_name = "MS", default_value_t = 30_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub lease: u64,
-    /// Wait up to MS for the lock (default: as long as it takes, like flock(1)).
-    #[arg(short, long, value_name = "MS", conflicts_with = "nonblock")]
-    pub wait: Option<u64>,
+    /// Wait up to SECS for the lock, fractions allowed (default: as long as it takes, like
+    /// flock(1)). A server that cannot be reached at start is tried again meanwhile (without
+    /// --wait it is a failure at once).
+    #[arg(short, long, visible_alias = "timeout", value_name = "SECS",
+          value_parser = parse_seconds, conflicts_with = "nonblock")]
+    pub wait: Option<Duration>,
     /// Do not wait: exit with the conflict code at once if the lock is held.
     #[arg(short, long)]
     pub nonblock: bool,
@@ -100,15 +106,38 @@ pub struct LockArgs {
     /// TLS: the CA the server's certificate is checked against (default: the system's).
     #[arg(long, env = "FLOCKD_TLS_CA_CERT_FILE", value_name = "FILE")]
     pub tls_ca_cert_file: Option<PathBuf>,
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The command and its arguments (after `--` when CMD itself starts with `-`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     pub command: Vec<OsString>,
+}
+
+/// `--wait`'s seconds, as flock(1) takes them: `10`, `2.5`, `0`.
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds (e.g. 10 or 2.5)"))?;
+    Duration::try_from_secs_f64(seconds)
+        .map_err(|_| format!("'{text}' is not a number of seconds from 0 up"))
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockToolError {
     #[error("{0}")]
     Client(#[from] flockd_client::Error),
+    /// No server answered (for as long as the wait allowed).
+    #[error("cannot reach the server at {addrs}: {reason}")]
+    Unreachable { addrs: String, reason: String },
+    #[error(
+        "the server at {addrs} refused the login: {reason} (check the user and password in the URL)"
+    )]
+    Login { addrs: String, reason: String },
+    #[error("the server refused the lock request: {0}")]
+    Refused(String),
     #[error("bad server URL {url}: {source}")]
     Url {
         url: String,
@@ -162,8 +191,18 @@ pub fn run(args: LockArgs) -> ExitCode {
 }
 
 async fn lock_and_run(args: &LockArgs) -> Result<u8, LockToolError> {
-    let client = Client::from_clients(clients(args)?).await?;
-    let Some(guard) = acquire(&client, args).await? else {
+    let servers = clients(args)?;
+    let addrs = servers
+        .iter()
+        .map(|c| c.get_connection_info().addr().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let wait_until = wait(args).map(|w| Instant::now() + w);
+    let client = connect(servers, &addrs, wait_until).await?;
+    let acquired = acquire(&client, args)
+        .await
+        .map_err(|e| in_own_words(e, &addrs))?;
+    let Some(guard) = acquired else {
         return Ok(args.conflict_exit_code);
     };
     // Installed before CMD exists, so no SIGCHLD or forwarded signal can slip past.
@@ -245,13 +284,85 @@ fn clients(args: &LockArgs) -> Result<Vec<redis::Client>, LockToolError> {
         .collect()
 }
 
-/// The lock, or `None` when it stayed held (at once with --nonblock, or for all of --wait).
-async fn acquire(client: &Client, args: &LockArgs) -> Result<Option<LockGuard>, LockToolError> {
-    let wait = if args.nonblock {
+/// How long to wait for the lock: none with --nonblock, --wait's, or `None` for no end.
+fn wait(args: &LockArgs) -> Option<Duration> {
+    if args.nonblock {
         Some(Duration::ZERO)
     } else {
-        args.wait.map(Duration::from_millis)
+        args.wait
+    }
+}
+
+/// How often a server that cannot be reached at start is tried again while the wait lasts.
+const CONNECT_RETRY: Duration = Duration::from_millis(500);
+
+/// Connects to the first server that answers, trying again until `wait_until`: a lock that
+/// may be waited for may also be waited for while its server restarts. Without --wait (no end)
+/// a server down at start is a failure at once: a job must not hang for ever, unseen, on a
+/// wrong address.
+async fn connect(
+    servers: Vec<redis::Client>,
+    addrs: &str,
+    wait_until: Option<Instant>,
+) -> Result<Client, LockToolError> {
+    let mut told = false;
+    loop {
+        let error = match Client::from_clients(servers.clone()).await {
+            Ok(client) => return Ok(client),
+            Err(e) => in_own_words(e.into(), addrs),
+        };
+        let retry = matches!(error, LockToolError::Unreachable { .. })
+            && wait_until.is_some_and(|until| Instant::now() + CONNECT_RETRY < until);
+        if !retry {
+            return Err(error);
+        }
+        if !told {
+            eprintln!("flockd lock: {error}; trying again while the wait lasts");
+            told = true;
+        }
+        sleep(CONNECT_RETRY).await;
+    }
+}
+
+/// A client library error as this tool says it: which server, and what to do.
+fn in_own_words(error: LockToolError, addrs: &str) -> LockToolError {
+    let LockToolError::Client(flockd_client::Error::Redis(e)) = &error else {
+        return error;
     };
+    let reason = match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => e.detail().unwrap_or("").to_string(),
+    };
+    let reason = if reason.is_empty() {
+        e.to_string()
+    } else {
+        reason
+    };
+    if e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+    {
+        LockToolError::Login {
+            addrs: addrs.to_string(),
+            reason,
+        }
+    } else if e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || matches!(e.code(), Some("CLUSTERDOWN" | "LOADING"))
+    {
+        LockToolError::Unreachable {
+            addrs: addrs.to_string(),
+            reason: e.to_string(),
+        }
+    } else {
+        LockToolError::Refused(reason)
+    }
+}
+
+/// The lock, or `None` when it stayed held (at once with --nonblock, or for all of --wait).
+async fn acquire(client: &Client, args: &LockArgs) -> Result<Option<LockGuard>, LockToolError> {
+    let wait = wait(args);
     loop {
         let mut request = client
             .lock(&args.name)

@@ -219,3 +219,47 @@ fn shared_guards_coexist_and_a_limit_admits_its_permits() {
         raw.call(&["FLOCK.TTL", "sess"]) == ":-2\r\n"
     });
 }
+
+/// A grant after a wait longer than the lease is held with its full lease and renewed as usual
+/// (it was declared lost at once when validity was counted from the blocking acquire's send).
+#[test]
+fn a_lock_granted_after_a_wait_longer_than_its_lease_is_kept() {
+    let server = TestServer::start(&[]);
+    let url = server.url();
+    let lease = Duration::from_millis(1500);
+    let rt = runtime();
+    rt.block_on(async {
+        let (_holder_client, holder) = hold(&url, "queued", lease).await;
+        let waiter_client = Client::open(&url).await.unwrap();
+        let waiting = tokio::spawn(async move {
+            let lock = waiter_client
+                .lock("queued")
+                .lease(lease)
+                .wait(Duration::from_secs(8))
+                .acquire()
+                .await;
+            (waiter_client, lock)
+        });
+        // The holder keeps it (renewing) for twice the waiter's lease.
+        tokio::time::sleep(lease * 2).await;
+        assert!(holder.is_lost().is_none());
+        holder.release().await.unwrap();
+        let (_waiter_client, lock) = waiting.await.unwrap();
+        let lock = lock.unwrap().expect("granted after the wait");
+        assert!(
+            lock.is_lost().is_none(),
+            "lost at grant: {:?}",
+            lock.is_lost()
+        );
+        // Two renewal periods (a third of the lease each) and some slack.
+        tokio::time::sleep(lease * 2 / 3 + Duration::from_millis(700)).await;
+        assert!(lock.is_lost().is_none(), "lost: {:?}", lock.is_lost());
+        let mut raw = Raw::connect(server.addr);
+        assert_eq!(
+            raw.call(&["FLOCK.TOKEN", "queued"]),
+            format!(":{}\r\n", lock.token())
+        );
+        assert_ne!(raw.call(&["FLOCK.TTL", "queued"]), ":-2\r\n");
+        assert!(lock.release().await.unwrap());
+    });
+}

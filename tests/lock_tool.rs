@@ -201,7 +201,7 @@ fn a_second_lock_waits_and_then_runs_with_a_higher_token() {
         &[
             "queue",
             "--wait",
-            "30000",
+            "30",
             "--",
             "sh",
             "-c",
@@ -245,10 +245,7 @@ fn nonblock_and_a_wait_that_runs_out_exit_with_the_conflict_code_without_running
     for (args, code) in [
         (vec!["busy", "--nonblock"], 1),
         (vec!["busy", "-n", "-E", "42"], 42),
-        (
-            vec!["busy", "--wait", "300", "--conflict-exit-code", "9"],
-            9,
-        ),
+        (vec!["busy", "-w", "0.3", "--conflict-exit-code", "9"], 9),
     ] {
         let mut args = args;
         args.extend(["--", "sh", "-c", &touch]);
@@ -509,9 +506,14 @@ fn a_password_in_the_url_logs_in_and_a_wrong_one_is_a_failure_of_its_own() {
     let mut run = LockRun::start(&bad, &["auth", "--", "sh", "-c", "echo ran"]);
     assert_eq!(run.wait(Duration::from_secs(20)).code(), Some(125));
     assert_eq!(run.stdout(), "");
+    // In the tool's own words: which server, and what to check.
     assert!(
-        run.stderr()
-            .starts_with("flockd lock: flockd: Password authentication failed"),
+        run.stderr().starts_with(&format!(
+            "flockd lock: the server at {} refused the login: ",
+            server.addr
+        )) && run
+            .stderr()
+            .contains("check the user and password in the URL"),
         "{}",
         run.stderr()
     );
@@ -654,4 +656,128 @@ fn an_interactive_command_gets_the_terminal() {
     // script(1) exits with its command's code: flockd lock's, which is CMD's.
     assert_eq!(out.status.and_then(|s| s.code()), Some(4), "{out:?}");
     assert_eq!(status_field(&server, "tty", "locked"), "0");
+}
+
+/// A lock granted after a wait longer than its lease runs CMD with the lock kept: it was
+/// declared lost (exit 75) in the same millisecond as the grant when the lease was counted from
+/// the blocking acquire's send.
+#[test]
+fn a_lock_granted_after_a_wait_longer_than_its_lease_is_kept_while_cmd_runs() {
+    let server = TestServer::start(&[]);
+    let url = server.url();
+    let mut first = LockRun::start(&url, &["wj", "--lease", "1500", "--", "sleep", "3"]);
+    wait_until(Duration::from_secs(20), "the first holds the lock", || {
+        status_field(&server, "wj", "locked") == "1"
+    });
+    // CMD runs for two renewal periods of its 1.5 s lease.
+    let mut second = LockRun::start(
+        &url,
+        &[
+            "wj",
+            "--lease",
+            "1500",
+            "-w",
+            "20",
+            "--",
+            "sh",
+            "-c",
+            "sleep 1.5; echo $FLOCK_TOKEN",
+        ],
+    );
+    assert_eq!(first.wait(Duration::from_secs(20)).code(), Some(0));
+    let status = second.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{}", second.stderr());
+    assert_eq!(second.stdout(), "2\n");
+    assert!(!second.stderr().contains("lost"), "{}", second.stderr());
+}
+
+/// As with flock(1): `--` before CMD is optional, `-w` takes seconds with fractions, and a
+/// server that is down at start is tried again while the wait lasts (the address named).
+#[test]
+fn flock_conventions_cmd_without_dashes_wait_in_seconds_and_a_server_that_comes_up() {
+    let server = TestServer::start(&[]);
+    let mut run = LockRun::start(&server.url(), &["plain", "-w", "2.5", "echo", "hi", "-n"]);
+    assert_eq!(
+        run.wait(Duration::from_secs(20)).code(),
+        Some(0),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(run.stdout(), "hi -n\n");
+    let mut bad = LockRun::start(&server.url(), &["plain", "-w", "ten", "true"]);
+    assert_ne!(bad.wait(Duration::from_secs(20)).code(), Some(0));
+    assert!(
+        bad.stderr().contains("not a number of seconds"),
+        "{}",
+        bad.stderr()
+    );
+
+    // Down at start: tried again until it comes up within the wait.
+    let port = common::cluster::free_ports(1)[0];
+    let url = format!("redis://127.0.0.1:{port}/");
+    let mut run = LockRun::start(
+        &url,
+        &["later", "-w", "30", "sh", "-c", "echo $FLOCK_TOKEN"],
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(run.running(), "gave up at once: {}", run.stderr());
+    let dir = TempDir::new("lock-later");
+    let port_text = port.to_string();
+    let _late = common::Server::try_spawn(
+        dir.path(),
+        ["--bind", "127.0.0.1", "--port", &port_text, "--dir"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([dir.path().display().to_string()])
+            .collect(),
+        &[],
+    )
+    .expect("the late server starts");
+    assert_eq!(
+        run.wait(Duration::from_secs(20)).code(),
+        Some(0),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(run.stdout(), "1\n");
+    assert!(
+        run.stderr()
+            .contains(&format!("cannot reach the server at 127.0.0.1:{port}"))
+            && run.stderr().contains("trying again while the wait lasts"),
+        "{}",
+        run.stderr()
+    );
+    // Down for the whole wait: the tool's own failure, naming the address.
+    let dead = common::cluster::free_ports(1)[0];
+    let mut run = LockRun::start(
+        &format!("redis://127.0.0.1:{dead}/"),
+        &["never", "-w", "1", "echo", "ran"],
+    );
+    assert_eq!(run.wait(Duration::from_secs(20)).code(), Some(125));
+    assert_eq!(run.stdout(), "");
+    assert!(
+        run.stderr()
+            .contains(&format!("cannot reach the server at 127.0.0.1:{dead}")),
+        "{}",
+        run.stderr()
+    );
+}
+
+/// A lease the server refuses is reported in the tool's words, CMD not run.
+#[test]
+fn a_lease_the_server_refuses_is_said_in_the_tools_words() {
+    let server = TestServer::start(&[]);
+    let mut run = LockRun::start(
+        &server.url(),
+        &["long", "--lease", "999999999999", "echo", "ran"],
+    );
+    assert_eq!(run.wait(Duration::from_secs(20)).code(), Some(125));
+    assert_eq!(run.stdout(), "");
+    assert!(
+        run.stderr()
+            .starts_with("flockd lock: the server refused the lock request: ERR ")
+            && run.stderr().contains("lease-ms"),
+        "{}",
+        run.stderr()
+    );
 }

@@ -5,7 +5,10 @@
 //! its length, and [`LockGuard::lost`] resolves the moment the lock can no longer be trusted:
 //! a renewal failed, the lease is about to run out (counted from when each request was *sent*,
 //! so a slow network or a paused process counts against it), or the server published that the
-//! holding expired or was force-released. [`LockGuard::fence_set`] writes to a flockd fence
+//! holding expired or was force-released. A grant that comes back after a wait longer than a
+//! third of the lease is renewed before `acquire` returns, and counted from that renewal's send
+//! (the server may have applied the grant any time during the wait); should that renewal be
+//! refused, the lease ran out meanwhile and `acquire` returns `None`, as after a wait in vain. [`LockGuard::fence_set`] writes to a flockd fence
 //! register with the token, refused by the server once the holding is gone.
 //! [`LockGuard::release`] gives the lock back; a guard dropped without it releases in the
 //! background.
@@ -283,6 +286,18 @@ impl LockBuilder<'_> {
         } else {
             Route::Nodes(self.client.nodes.clone())
         };
+        // A grant after a wait was applied at some moment between the send and the reply: the
+        // lease counted from the send may be nearly over although the server has just started
+        // it. Renewed at once, it is counted from that renewal's send instead.
+        let sent = if blocking && sent.elapsed() >= self.lease / 3 {
+            match renew_late_grant(&route, &self.name, token, self.lease).await? {
+                Some(renewed) => renewed,
+                // The lease ran out between the grant and its reply: nothing is held.
+                None => return Ok(None),
+            }
+        } else {
+            sent
+        };
         let events = nodes.pubsub(index).await;
         Ok(Some(
             LockGuard::start(
@@ -296,5 +311,28 @@ impl LockBuilder<'_> {
             )
             .await,
         ))
+    }
+}
+
+/// Renews a grant that came back late; when the renewal was sent, or `None` if the holding is
+/// gone (`-NOTOWNER`). The first send counts even if the request went again to another node:
+/// the lease runs from an apply after it, so counting from it never overstates the lease.
+async fn renew_late_grant(
+    route: &Route,
+    name: &str,
+    token: u64,
+    lease: Duration,
+) -> Result<Option<Instant>, Error> {
+    let mut cmd = redis::cmd("FLOCK.RENEW");
+    cmd.arg(name).arg(token).arg(lease.as_millis() as u64);
+    let sent = Instant::now();
+    match route.query::<i64>(&cmd, sent + lease).await {
+        Ok(1) => Ok(Some(sent)),
+        Ok(other) => Err(Error::UnexpectedReply {
+            command: "FLOCK.RENEW",
+            reply: other.to_string(),
+        }),
+        Err(e) if e.code() == Some("NOTOWNER") => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
