@@ -2,12 +2,18 @@
 //! applies an entry; the node that proposed one answers its client from its own apply, so a
 //! forwarded write needs no result on the wire and the client then reads its own write on the
 //! node it is connected to.
+//!
+//! Each proposal also has a deadline (`cluster-wait-leader-ms` after it was made): one that is
+//! still waiting then, on any path (no leader, a forward, this node's own apply running late
+//! after a partition), is answered as of unknown outcome by [`PendingTable::answer_overdue`],
+//! so no client waits past the limit.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use flockd_core::OpResult;
 use parking_lot::Mutex;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use crate::error::ClusterError;
 
@@ -16,23 +22,84 @@ pub type ProposalResult = Result<Vec<OpResult>, ClusterError>;
 #[derive(Default)]
 struct Table {
     next_seq: u64,
-    waiting: BTreeMap<u64, oneshot::Sender<ProposalResult>>,
+    /// By seq, so also by deadline: every proposal gets the same time to be answered.
+    waiting: BTreeMap<u64, Waiting>,
+}
+
+struct Waiting {
+    deadline: Instant,
+    answer: oneshot::Sender<ProposalResult>,
+    /// Why it is not answered yet, as last seen by the proposer (for the overdue answer).
+    why: Option<String>,
 }
 
 #[derive(Default)]
 pub struct PendingTable {
     table: Mutex<Table>,
+    /// Woken when a proposal is registered in an empty table: the sweeper then has a deadline
+    /// to sleep until.
+    registered: Notify,
 }
 
 impl PendingTable {
-    /// A new proposal's seq and where its outcome will arrive.
-    pub fn register(&self) -> (u64, oneshot::Receiver<ProposalResult>) {
-        let (tx, rx) = oneshot::channel();
+    /// A new proposal's seq and where its outcome will arrive, by `deadline` at the latest.
+    /// Deadlines must not go back from one registration to the next (they are a fixed time
+    /// after the registration).
+    pub fn register(&self, deadline: Instant) -> (u64, oneshot::Receiver<ProposalResult>) {
+        let (answer, rx) = oneshot::channel();
         let mut table = self.table.lock();
         let seq = table.next_seq;
         table.next_seq += 1;
-        table.waiting.insert(seq, tx);
+        let was_empty = table.waiting.is_empty();
+        table.waiting.insert(
+            seq,
+            Waiting {
+                deadline,
+                answer,
+                why: None,
+            },
+        );
+        drop(table);
+        if was_empty {
+            self.registered.notify_one();
+        }
         (seq, rx)
+    }
+
+    /// Records why proposal `seq` is not answered yet (what its overdue answer will say).
+    pub fn note(&self, seq: u64, why: &str) {
+        if let Some(waiting) = self.table.lock().waiting.get_mut(&seq) {
+            waiting.why = Some(why.to_owned());
+        }
+    }
+
+    /// Answers every proposal still waiting at its deadline with `overdue(why)`, as the
+    /// deadlines come, for as long as the node runs. One task does it for all proposals: no
+    /// timer each.
+    pub async fn answer_overdue(&self, overdue: impl Fn(Option<String>) -> ClusterError) {
+        loop {
+            let next = self
+                .table
+                .lock()
+                .waiting
+                .first_key_value()
+                .map(|(_, w)| w.deadline);
+            match next {
+                None => self.registered.notified().await,
+                Some(deadline) => {
+                    tokio::time::sleep_until(deadline.into()).await;
+                    let now = Instant::now();
+                    let mut table = self.table.lock();
+                    while let Some(entry) = table.waiting.first_entry() {
+                        if entry.get().deadline > now {
+                            break;
+                        }
+                        let waiting = entry.remove();
+                        let _ = waiting.answer.send(Err(overdue(waiting.why)));
+                    }
+                }
+            }
+        }
     }
 
     /// Every seq below this one has been answered.
@@ -48,8 +115,8 @@ impl PendingTable {
 
     /// Answers proposal `seq` (if it still waits).
     pub fn resolve(&self, seq: u64, outcome: ProposalResult) {
-        if let Some(tx) = self.table.lock().waiting.remove(&seq) {
-            let _ = tx.send(outcome);
+        if let Some(waiting) = self.table.lock().waiting.remove(&seq) {
+            let _ = waiting.answer.send(outcome);
         }
     }
 

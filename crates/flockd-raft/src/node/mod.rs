@@ -106,6 +106,10 @@ struct Node {
     figures: RaftFigures,
 }
 
+/// Why a proposal is answered at its deadline when no attempt said more.
+const NOT_IN_TIME: &str =
+    "it was not committed and applied here in time: its outcome is unknown, it may still take effect";
+
 /// A running cluster node.
 pub struct Cluster {
     node: Arc<Node>,
@@ -301,6 +305,16 @@ impl Cluster {
         });
         tokio::spawn(serve_peers(listener, node.clone()));
         tokio::spawn(count_leader_changes(node.clone()));
+        // Not the node: the task ends with the runtime, and must not keep the node alive.
+        let (pending, waited_ms) = (node.pending.clone(), node.settings.wait_leader_ms);
+        tokio::spawn(async move {
+            pending
+                .answer_overdue(|why| ClusterError::NoLeader {
+                    waited_ms,
+                    why: why.unwrap_or_else(|| NOT_IN_TIME.to_owned()),
+                })
+                .await
+        });
         // The first start of the member with the smallest id in the peers forms the cluster
         // with them; every other new node waits to hear from a leader (the founders' first
         // replication, or FLOCK.CLUSTER ADD). Only one node proposing the first membership
