@@ -870,3 +870,151 @@ fn a_whole_cluster_restarted_keeps_its_locks_and_rearms_their_leases() {
         token + 1
     );
 }
+
+/// The full log of node `i`.
+fn log_of(cluster: &Cluster, i: usize) -> String {
+    cluster.nodes[i]
+        .as_ref()
+        .map(|n| n.log())
+        .unwrap_or_default()
+}
+
+/// Calls node `i` until `done` holds for its reply (at most `within`); the reply and when.
+fn call_until(
+    cluster: &Cluster,
+    i: usize,
+    args: &[&str],
+    within: Duration,
+    done: impl Fn(&str) -> bool,
+) -> (String, Instant) {
+    let deadline = Instant::now() + within;
+    loop {
+        let reply = cluster.call(i, args);
+        if done(&reply) {
+            return (reply, Instant::now());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {}: {args:?} still answers {reply:?}\n{}",
+            i + 1,
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// cluster.md, Membership: a node taken out with FLOCK.CLUSTER REMOVE knows it within
+/// cluster-wait-leader-ms, answers every command at once with an error that says it was removed
+/// (it answered PONG and hung a FLOCK.ACQUIRE for 40 s), fails the health check, shows itself as
+/// removed in its own FLOCK.CLUSTER NODES and INFO; ADD and REMOVE are logged on the leader and
+/// on the node; a member that does not answer is shown down.
+#[test]
+fn a_removed_node_knows_it_and_says_so_and_a_dead_member_is_shown_down() {
+    let mut cluster = Cluster::start_of(3, 4);
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    cluster.start_node(3);
+    let reply = cluster.call(leader, &["FLOCK.CLUSTER", "ADD", "4", &cluster.address(3)]);
+    assert_eq!(reply, "+OK\r\n", "{}", cluster.logs());
+    wait_for_members(&cluster, 3, 4, Duration::from_secs(20));
+    assert_eq!(
+        int(&cluster.call(3, &["FLOCK.ACQUIRE", "before", "60000"])),
+        1
+    );
+    // Every member up, as node 4 sees them once its probes are answered.
+    call_until(
+        &cluster,
+        3,
+        &["FLOCK.CLUSTER", "NODES"],
+        Duration::from_secs(10),
+        |nodes| nodes.matches(" up\n").count() == 4,
+    );
+
+    let removing = Instant::now();
+    let reply = cluster.call(leader, &["FLOCK.CLUSTER", "REMOVE", "4"]);
+    assert_eq!(reply, "+OK\r\n", "{}", cluster.logs());
+    let removed_error = "-CLUSTERDOWN this node (id 4) was removed from the cluster";
+    let (_, known) = call_until(&cluster, 3, &["PING"], Duration::from_secs(10), |r| {
+        r.starts_with(removed_error)
+    });
+    println!(
+        "node 4 knew it was removed {:?} after REMOVE",
+        known - removing
+    );
+    // The contract's bound is cluster-wait-leader-ms (3 s); slack for a shared machine.
+    assert!(
+        known - removing < Duration::from_secs(6),
+        "{:?}",
+        known - removing
+    );
+    // Every command at once, PING included; the connection stays open.
+    let mut c = Client::connect(cluster.addr(3)).expect("connect");
+    for args in [
+        &["PING"][..],
+        &["FLOCK.ACQUIRE", "after", "1000", "WAIT", "5000"],
+        &["FLOCK.STATUS", "before"],
+        &["FENCE.SET", "f", "1", "v"],
+        &["ROLE"],
+    ] {
+        let sent = Instant::now();
+        let reply = c.call(args).unwrap();
+        assert!(reply.starts_with(removed_error), "{args:?}: {reply:?}");
+        assert!(reply.contains("lists nodes 1, 2, 3"), "{reply:?}");
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "{args:?} took {:?}",
+            sent.elapsed()
+        );
+    }
+    let (ok, out) = ping_node(&cluster, 3);
+    assert!(!ok && out.contains("was removed from the cluster"), "{out}");
+    let nodes = cluster.call(3, &["FLOCK.CLUSTER", "NODES"]);
+    assert!(
+        nodes.contains(&format!("4 {} removed ", cluster.address(3))),
+        "{nodes:?}"
+    );
+    let info = cluster.replication(3);
+    assert_eq!(info.get("raft_state").map(String::as_str), Some("removed"));
+    assert_eq!(info.get("raft_removed").map(String::as_str), Some("1"));
+    assert_eq!(info.get("raft_members").map(String::as_str), Some("3"));
+    // The others no longer list it.
+    let nodes = cluster.call(leader, &["FLOCK.CLUSTER", "NODES"]);
+    assert_eq!(nodes.matches(" up\n").count(), 3, "{nodes:?}");
+    assert!(!nodes.contains(&cluster.address(3)), "{nodes:?}");
+    // Logged on the leader and on the node.
+    let leader_log = log_of(&cluster, leader);
+    assert!(
+        leader_log.contains("FLOCK.CLUSTER ADD: done")
+            && leader_log.contains("FLOCK.CLUSTER REMOVE: done"),
+        "{leader_log}"
+    );
+    let node_log = log_of(&cluster, 3);
+    assert!(
+        node_log.contains("this node is a member of the cluster")
+            && node_log.contains("this node (id 4) was removed from the cluster"),
+        "{node_log}"
+    );
+    // A member killed is shown down, on the leader and on a follower.
+    cluster.kill(3);
+    let dead = (0..3).find(|i| *i != leader).unwrap();
+    let other = (0..3).find(|i| *i != leader && *i != dead).unwrap();
+    cluster.kill(dead);
+    let line = format!("{} {} follower ", dead + 1, cluster.address(dead));
+    for i in [leader, other] {
+        let (nodes, _) = call_until(
+            &cluster,
+            i,
+            &["FLOCK.CLUSTER", "NODES"],
+            Duration::from_secs(10),
+            |r| {
+                r.lines()
+                    .any(|l| l.starts_with(&line) && l.ends_with(" down"))
+            },
+        );
+        assert_eq!(
+            nodes.matches(" up\n").count(),
+            2,
+            "node {}: {nodes:?}",
+            i + 1
+        );
+    }
+}

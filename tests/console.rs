@@ -519,6 +519,9 @@ fn each_cluster_node_shows_the_members_leader_term_indexes_and_lag() {
     let leaders: Vec<&Value> = members.iter().filter(|m| m["role"] == "leader").collect();
     assert_eq!(leaders.len(), 1, "{c}");
     assert_eq!(leaders[0]["id"], leader_id);
+    // Every member answers: none is down; this node was not removed.
+    assert!(members.iter().all(|m| m["up"] == true), "{c}");
+    assert!(c["removed"].is_null(), "{c}");
 
     // A follower knows the leader, and its own lag only.
     let c = overview(follower)["cluster"].clone();

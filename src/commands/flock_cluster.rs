@@ -19,7 +19,7 @@ pub enum FlockCluster {
 const HELP: &[&str] = &[
     "FLOCK.CLUSTER <subcommand> [<arg> ...]. Subcommands are:",
     "NODES",
-    "    One line per member: <id> <host:port@cport> <leader|follower|learner> <applied-index>.",
+    "    One line per member: <id> <host:port@cport> <leader|follower|learner|removed> <applied-index> <up|down>.",
     "ADD <id> <host:port[@cport]>",
     "    Adds a started node: it catches up as a learner, then votes.",
     "REMOVE <id>",
@@ -154,11 +154,12 @@ impl LocalCommand for FlockCluster {
                 for m in &view.members {
                     let role = view.role_of(m);
                     text.push_str(&format!(
-                        "{} {} {} {}\n",
+                        "{} {} {} {} {}\n",
                         m.id,
                         m.peer.addr(),
                         role,
-                        m.index.unwrap_or(0)
+                        m.index.unwrap_or(0),
+                        if m.up { "up" } else { "down" }
                     ));
                 }
                 reply(Reply::bulk(text))

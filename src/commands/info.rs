@@ -295,7 +295,18 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
                     field("raft_term", &v.term);
                     field("raft_commit_index", &v.commit_index);
                     field("raft_applied_index", &v.applied_index);
-                    field("raft_members", &v.members.len());
+                    // A removed node lists itself as removed, not as a member.
+                    let members = v
+                        .members
+                        .iter()
+                        .filter(|m| v.removed.is_none() || m.id != v.node_id)
+                        .count();
+                    field("raft_members", &members);
+                    field("raft_removed", &u8::from(v.removed.is_some()));
+                    field(
+                        "raft_members_down",
+                        &v.members.iter().filter(|m| !m.up).count(),
+                    );
                     field("raft_log_entries_appended", &v.log.entries_appended);
                     field("raft_log_syncs", &v.log.syncs);
                     field(

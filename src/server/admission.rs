@@ -41,6 +41,25 @@ const SENTINEL_PORT_COMMANDS: &[&str] = &[
     "reset",
 ];
 
+/// What a cluster node taken out of its cluster still answers: what it is (INFO, FLOCK.CLUSTER
+/// NODES, the logs) and the connection's own commands. Everything else, PING included (so a
+/// health check fails), gets the error that says it was removed.
+const REMOVED_NODE_COMMANDS: &[&str] = &[
+    "info",
+    "flock.cluster",
+    "hello",
+    "auth",
+    "client",
+    "command",
+    "config",
+    "acl",
+    "slowlog",
+    "latency",
+    "quit",
+    "reset",
+    "shutdown",
+];
+
 pub fn admit(shared: &Shared, config: &Config, conn: &mut ConnState, request: Request) -> Admitted {
     if looks_like_http(&request.args[0]) {
         refuse_http(shared, conn);
@@ -89,6 +108,13 @@ pub fn admit(shared: &Shared, config: &Config, conn: &mut ConnState, request: Re
         if e == CommandError::UserDeleted {
             return Admitted::Close(Reply::error(e.to_string()));
         }
+        return refuse(e);
+    }
+    if let Err(e) = shared.proposer.check_serving()
+        && !REMOVED_NODE_COMMANDS.contains(&meta.name)
+    {
+        let e = CommandError::from(e);
+        stats::rejected(stat, &e);
         return refuse(e);
     }
     let command = match commands::parse(index, request.args, commands::ArgLimits::of(config)) {

@@ -86,6 +86,11 @@ pub trait Propose: Send + Sync + 'static {
     fn push(&self);
     /// Whether a proposal could be committed now (`Err`: refuse state changes at admission).
     fn check_writable(&self) -> Result<(), ProposeError>;
+    /// Whether this node serves commands at all (`Err`: a cluster node taken out of its
+    /// cluster, which answers every command but a few about itself with this error).
+    fn check_serving(&self) -> Result<(), ProposeError> {
+        Ok(())
+    }
     /// The proposer's time now, in log time.
     fn now(&self) -> flockd_core::Millis;
     /// True while this node may run the lease clock (expire leases, forget idle names): always
@@ -155,6 +160,13 @@ impl Propose for ClusterLog {
         // A node without a leader keeps a command for `cluster-wait-leader-ms` before it
         // answers -CLUSTERDOWN, so nothing is refused up front.
         Ok(())
+    }
+
+    fn check_serving(&self) -> Result<(), ProposeError> {
+        match self.cluster.removed() {
+            Some(removal) => Err(ProposeError::ClusterDown(removal.to_string())),
+            None => Ok(()),
+        }
     }
 
     fn now(&self) -> flockd_core::Millis {

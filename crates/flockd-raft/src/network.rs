@@ -70,6 +70,10 @@ pub enum Request {
     Forward(RaftProposal),
     /// A read on a node that is not the leader: confirm leadership, name the read point.
     ReadIndex,
+    /// Are you there, and which members do you know? Sent by every node to every member twice a
+    /// second: the answers are the members' up or down state, and how a node that was removed
+    /// while it could not hear it learns so.
+    Probe,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -86,6 +90,16 @@ pub enum Response {
     Forwarded(Forwarded),
     ReadPoint(ReadPoint),
     Failed(String),
+    Probe(ProbeAnswer),
+}
+
+/// A member's answer to a probe: the membership it knows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeAnswer {
+    /// The log index of the membership entry it knows (`None`: it was never part of one).
+    pub membership_index: Option<u64>,
+    /// Every member of that membership, voters and learners.
+    pub members: Vec<NodeId>,
 }
 
 /// What became of a forwarded (or local) client write.
@@ -236,6 +250,8 @@ struct Health {
     failures: u64,
     /// When the log last said the peer is down; `None` unless it said so since it was up.
     reported: Option<Instant>,
+    /// When the peer last answered a call.
+    answered_at: Option<Instant>,
 }
 
 /// What the log says of a peer after a call.
@@ -264,6 +280,7 @@ impl Health {
     }
 
     fn reached(&mut self, now: Instant) -> Option<Say> {
+        self.answered_at = Some(now);
         let since = self.failing_since.take()?;
         let failures = std::mem::take(&mut self.failures);
         self.reported.take()?;
@@ -446,6 +463,14 @@ impl PeerClient {
         }
     }
 
+    /// Whether the peer answered a call within the last `window`.
+    pub fn answered_within(&self, window: Duration) -> bool {
+        self.health
+            .lock()
+            .answered_at
+            .is_some_and(|at| at.elapsed() < window)
+    }
+
     /// Every error but a refusal names the address.
     fn missed(&self, e: &NetError) {
         match self.health.lock().missed(Instant::now()) {
@@ -510,6 +535,14 @@ impl Peers {
             identities,
             clients: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Whether `node` answered a call within the last `window` (no client yet: it did not).
+    pub fn answered_within(&self, node: NodeId, window: Duration) -> bool {
+        self.clients
+            .lock()
+            .get(&node)
+            .is_some_and(|client| client.answered_within(window))
     }
 
     /// The client of `node` at `addr` (`host:port@cport`), made anew if the address changed.

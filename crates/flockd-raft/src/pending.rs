@@ -129,3 +129,50 @@ impl PendingTable {
         self.table.lock().waiting.keys().copied().collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// A proposal nobody answers is answered at its deadline, with the last reason noted; one
+    /// answered first keeps its answer; the floor moves past both.
+    #[tokio::test]
+    async fn an_unanswered_proposal_is_answered_at_its_deadline() {
+        let table = Arc::new(PendingTable::default());
+        let sweeper = table.clone();
+        tokio::spawn(async move {
+            sweeper
+                .answer_overdue(|why| ClusterError::NoLeader {
+                    waited_ms: 50,
+                    why: why.unwrap_or_default(),
+                })
+                .await
+        });
+        let start = Instant::now();
+        let (late, late_rx) = table.register(start + Duration::from_millis(50));
+        let (answered, answered_rx) = table.register(start + Duration::from_millis(60));
+        table.note(late, "applied elsewhere");
+        table.resolve(answered, Ok(vec![]));
+        let outcome = tokio::time::timeout(Duration::from_secs(5), late_rx)
+            .await
+            .expect("answered in time")
+            .expect("sent");
+        assert!(start.elapsed() >= Duration::from_millis(50));
+        assert_eq!(
+            outcome,
+            Err(ClusterError::NoLeader {
+                waited_ms: 50,
+                why: "applied elsewhere".into()
+            })
+        );
+        assert_eq!(answered_rx.await.expect("sent"), Ok(vec![]));
+        assert_eq!(table.floor(), 2);
+        // A proposal registered after the table went empty wakes the sweeper again.
+        let (_, again) = table.register(Instant::now() + Duration::from_millis(20));
+        let again = tokio::time::timeout(Duration::from_secs(5), again).await;
+        assert!(matches!(again, Ok(Ok(Err(ClusterError::NoLeader { .. })))));
+    }
+}

@@ -131,7 +131,9 @@ async fn replicas_fed_one_log_have_equal_digests() {
 #[tokio::test]
 async fn a_proposal_logged_twice_applies_once_and_answers_its_node() {
     let mut r = replica(2);
-    let (seq, mut outcome) = r.pending.register();
+    let (seq, mut outcome) = r
+        .pending
+        .register(std::time::Instant::now() + std::time::Duration::from_secs(60));
     let first = proposal(2, seq, 100, vec![acquire("once")]);
     let mut retry = first.clone();
     retry.at = Millis(200);

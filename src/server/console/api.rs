@@ -88,6 +88,7 @@ pub fn overview(shared: &Shared, history: &History) -> Value {
                         "role": role,
                         "index": m.index,
                         "lag": lag,
+                        "up": m.up,
                     })
                 })
                 .collect();
@@ -100,6 +101,8 @@ pub fn overview(shared: &Shared, history: &History) -> Value {
                 "commit_index": view.commit_index,
                 "applied_index": view.applied_index,
                 "members": members,
+                // Why this node serves nothing, once it was taken out of the cluster.
+                "removed": view.removed.as_ref().map(|r| r.to_string()),
             })
         }
     };

@@ -63,10 +63,12 @@
       ['lock names', node.lock_names], ['locks held', node.locks_held],
       ['waiters', node.waiters], ['events', node.events ? 'on' : 'off'],
     ];
+    if (cluster.removed) facts.unshift(['removed', cluster.removed]);
     const dl = $('node-facts');
     dl.replaceChildren(...facts.flatMap(([k, v]) => [el('dt', k), el('dd', v)]));
     fill($('members').tBodies[0], cluster.members.map((m) => {
-      const tr = row([m.id ?? '-', m.address, m.role, m.index ?? '?', m.lag ?? '?']);
+      const state = m.up === false ? `${m.role} (down)` : m.role;
+      const tr = row([m.id ?? '-', m.address, state, m.index ?? '?', m.lag ?? '?']);
       if (m.role === 'leader') tr.className = 'leader';
       return tr;
     }));

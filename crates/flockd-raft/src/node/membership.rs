@@ -7,22 +7,55 @@ impl Cluster {
     pub async fn add(&self, id: NodeId, addr: &str) -> Result<(), String> {
         let peer = parse_addr(id, addr).map_err(|e| e.to_string())?;
         let raft = &self.node.raft;
-        raft.add_learner(id, basic_node(&peer.addr()), true)
-            .await
-            .map_err(write_error)?;
-        raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
-            .await
-            .map_err(write_error)?;
-        Ok(())
+        info!(node = id, addr = %peer.addr(), "FLOCK.CLUSTER ADD: the node joins as a learner");
+        let added = async {
+            raft.add_learner(id, basic_node(&peer.addr()), true)
+                .await
+                .map_err(write_error)?;
+            info!(
+                node = id,
+                "FLOCK.CLUSTER ADD: caught up; it becomes a voter"
+            );
+            raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+                .await
+                .map_err(write_error)
+        };
+        match added.await {
+            Ok(_) => {
+                info!(
+                    node = id,
+                    "FLOCK.CLUSTER ADD: done, the node is a voting member"
+                );
+                Ok(())
+            }
+            Err(why) => {
+                warn!(node = id, "FLOCK.CLUSTER ADD failed: {why}");
+                Err(why)
+            }
+        }
     }
 
     /// FLOCK.CLUSTER REMOVE: the node leaves the voters and the cluster.
     pub async fn remove(&self, id: NodeId) -> Result<(), String> {
         let raft = &self.node.raft;
-        raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+        info!(node = id, "FLOCK.CLUSTER REMOVE: taking the node out");
+        match raft
+            .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
             .await
-            .map_err(write_error)?;
-        Ok(())
+            .map_err(write_error)
+        {
+            Ok(_) => {
+                info!(
+                    node = id,
+                    "FLOCK.CLUSTER REMOVE: done, the node is no longer a member"
+                );
+                Ok(())
+            }
+            Err(why) => {
+                warn!(node = id, "FLOCK.CLUSTER REMOVE failed: {why}");
+                Err(why)
+            }
+        }
     }
 
     /// FLOCK.CLUSTER LEADER: hands leadership to `id`.

@@ -8,6 +8,7 @@
 //! leader does first, `membership` adds, removes and hands over, `serve` answers the peers on
 //! the cluster port, and `view` is what the server shows.
 
+mod members;
 mod membership;
 mod office;
 mod propose;
@@ -15,6 +16,7 @@ mod read;
 mod serve;
 mod view;
 
+pub use members::Removal;
 pub use view::{ClusterView, Member, Role};
 
 use office::{count_leader_changes, take_office};
@@ -34,7 +36,7 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
 use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::sync::{oneshot, watch};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::error::{ClusterError, StartError};
 use crate::figures::{RaftFigures, RaftFiguresRead};
@@ -104,11 +106,14 @@ struct Node {
     /// This node's dir id and the ones it saw of its peers.
     identities: Arc<Identities>,
     figures: RaftFigures,
+    /// Set once this node knows it was removed from the cluster (see `members`); the flag is
+    /// what every command checks.
+    removed: std::sync::atomic::AtomicBool,
+    removal: parking_lot::Mutex<Option<Removal>>,
 }
 
 /// Why a proposal is answered at its deadline when no attempt said more.
-const NOT_IN_TIME: &str =
-    "it was not committed and applied here in time: its outcome is unknown, it may still take effect";
+const NOT_IN_TIME: &str = "it was not committed and applied here in time: its outcome is unknown, it may still take effect";
 
 /// A running cluster node.
 pub struct Cluster {
@@ -302,9 +307,12 @@ impl Cluster {
             last_append: parking_lot::Mutex::new(None),
             identities,
             figures: RaftFigures::default(),
+            removed: std::sync::atomic::AtomicBool::new(false),
+            removal: parking_lot::Mutex::new(None),
         });
         tokio::spawn(serve_peers(listener, node.clone()));
         tokio::spawn(count_leader_changes(node.clone()));
+        tokio::spawn(members::watch_members(node.clone()));
         // Not the node: the task ends with the runtime, and must not keep the node alive.
         let (pending, waited_ms) = (node.pending.clone(), node.settings.wait_leader_ms);
         tokio::spawn(async move {
@@ -405,6 +413,11 @@ impl Cluster {
     /// reason, with the procedure. The process should stop.
     pub fn refusals(&self) -> watch::Receiver<Option<String>> {
         self.node.identities.refusals()
+    }
+
+    /// Set once this node knows it was taken out of the cluster: it then serves no command.
+    pub fn removed(&self) -> Option<Removal> {
+        self.node.removal()
     }
 
     pub fn view(&self) -> ClusterView {

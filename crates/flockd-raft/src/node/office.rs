@@ -7,7 +7,8 @@ use super::*;
 /// applied, move its clock past their times, and re-arm every live lease for its full length
 /// plus the longest election timeout (a failover lengthens a lease, never shortens it).
 pub(super) async fn take_office(node: Arc<Node>) {
-    info!(node = node.me.node, "took office as the leader");
+    let term = node.raft.metrics().borrow_watched().current_term;
+    debug!(node = node.me.node, term, "elected: taking office");
     // openraft reports the committed vote a moment before its leader state takes writes: a
     // write then is told to forward to nobody. Try again while this node is still the one
     // voted for, for up to an election timeout.
@@ -20,12 +21,25 @@ pub(super) async fn take_office(node: Arc<Node>) {
             {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
+            // Elected, but another node leads by now (a restarted ex-leader that won an old
+            // term's vote, say): not a second leader, one that never took office.
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                let leader = f
+                    .leader_id
+                    .map_or_else(|| "none known yet".to_owned(), |id| format!("node {id}"));
+                info!(
+                    node = node.me.node,
+                    term, "did not take office: another node leads now ({leader}); following it"
+                );
+                return;
+            }
             Err(e) => {
-                warn!("lost the leadership while taking office: {e}");
+                warn!(node = node.me.node, term, "could not take office: {e}");
                 return;
             }
         }
     }
+    info!(node = node.me.node, term, "took office as the leader");
     // This node's clock ran on from its own start: it may be far ahead of the log's time
     // (it started before the last leader did), and stamping with it would end every lease at
     // once. Nothing was stamped with it as leader yet, so it continues from the log's time.

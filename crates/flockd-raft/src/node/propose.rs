@@ -146,7 +146,8 @@ pub(super) const UNACKNOWLEDGED_WRITE: &str = "the leader got no majority to ack
 
 /// Why a forwarded proposal that the leader committed is not answered here by the deadline:
 /// this node lags behind (or was cut off from) the leader, so it cannot tell the result.
-pub(super) const APPLIED_ELSEWHERE: &str = "the leader committed it, but this node has not applied it yet: its outcome is unknown here";
+pub(super) const APPLIED_ELSEWHERE: &str =
+    "the leader committed it, but this node has not applied it yet: its outcome is unknown here";
 
 /// Why the last attempt found no leader to take it.
 pub(super) fn not_leading(leader: Option<NodeId>) -> String {

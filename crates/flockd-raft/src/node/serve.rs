@@ -78,6 +78,7 @@ impl PeerHandler for Node {
                         .await
                         .unwrap_or_else(|_| ReadPoint::Failed(UNCONFIRMED_READ.to_owned())),
                 ),
+                Request::Probe => Response::Probe(self.probe_answer()),
                 Request::SnapshotBegin { .. }
                 | Request::SnapshotChunk { .. }
                 | Request::SnapshotEnd { .. }

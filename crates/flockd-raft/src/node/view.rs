@@ -11,6 +11,8 @@ pub enum Role {
     Candidate,
     Learner,
     Shutdown,
+    /// Taken out of the cluster: it serves nothing (see `members`).
+    Removed,
 }
 
 impl Role {
@@ -21,6 +23,7 @@ impl Role {
             Role::Candidate => "candidate",
             Role::Learner => "learner",
             Role::Shutdown => "shutdown",
+            Role::Removed => "removed",
         }
     }
 }
@@ -34,6 +37,9 @@ pub struct Member {
     /// The highest log index known to be on it (its own applied index for this node; what it
     /// acknowledged, on the leader; unknown elsewhere).
     pub index: Option<u64>,
+    /// Whether it answered this node lately (a probe, an append, a vote): `down` in
+    /// FLOCK.CLUSTER NODES when not.
+    pub up: bool,
 }
 
 /// What ROLE, INFO replication and FLOCK.CLUSTER show.
@@ -47,6 +53,8 @@ pub struct ClusterView {
     pub commit_index: u64,
     pub applied_index: u64,
     pub members: Vec<Member>,
+    /// Set when this node was taken out of the cluster (its role is then `Removed`).
+    pub removed: Option<super::Removal>,
     pub log: crate::log_store::LogStats,
     /// Entries applied here as no-ops: their proposal had taken effect already.
     pub duplicates_skipped: u64,
@@ -57,9 +65,12 @@ impl ClusterView {
         self.members.iter().find(|m| m.id == id)
     }
 
-    /// What `member` is as this node sees it: `leader`, `follower` (a voter) or `learner`.
+    /// What `member` is as this node sees it: `leader`, `follower` (a voter) or `learner`
+    /// (`removed` for this node once it was taken out).
     pub fn role_of(&self, member: &Member) -> &'static str {
-        if Some(member.id) == self.leader {
+        if member.id == self.node_id && self.removed.is_some() {
+            "removed"
+        } else if Some(member.id) == self.leader {
             "leader"
         } else if member.voter {
             "follower"
@@ -73,7 +84,9 @@ impl Node {
     pub(super) fn view(&self) -> ClusterView {
         let metrics = self.raft.metrics();
         let m = metrics.borrow_watched();
+        let removed = self.removal();
         let role = match m.state {
+            _ if removed.is_some() => Role::Removed,
             ServerState::Leader => Role::Leader,
             ServerState::Follower => Role::Follower,
             ServerState::Candidate => Role::Candidate,
@@ -82,7 +95,7 @@ impl Node {
         };
         let applied_index = m.last_applied.map_or(0, |id| id.index);
         let voters: BTreeSet<NodeId> = m.membership_config.voter_ids().collect();
-        let members = m
+        let mut members: Vec<Member> = m
             .membership_config
             .nodes()
             .map(|(id, n)| {
@@ -105,9 +118,26 @@ impl Node {
                     }),
                     voter: voters.contains(id),
                     index,
+                    up: self.member_up(*id),
                 }
             })
             .collect();
+        // A removed node may still hold a membership that lists it (the entry that removed it
+        // never reached it): it shows itself, as removed, and the others as it knows them.
+        if let Some(removal) = &removed {
+            members.retain(|m| m.id == self.me.node || removal.members.contains(&m.id));
+            if members.iter().all(|m| m.id != self.me.node)
+                && let Some(me) = self.settings.me()
+            {
+                members.push(Member {
+                    id: self.me.node,
+                    peer: me.clone(),
+                    voter: false,
+                    index: Some(applied_index),
+                    up: true,
+                });
+            }
+        }
         // openraft keeps naming the last leader while no other is elected; a follower that
         // has not heard from it for two election timeouts knows no leader.
         let heard = self.last_append.lock().is_some_and(|at| {
@@ -122,6 +152,7 @@ impl Node {
             commit_index: m.local_committed.map_or(0, |id| id.index),
             applied_index,
             members,
+            removed,
             log: self.log.stats(),
             duplicates_skipped: self.store.duplicates_skipped(),
         }
