@@ -23,8 +23,17 @@ proves, over the whole history:
   * no lease ended (another holder granted) before its length since the grant or renewal was
     sent, unless its release had been sent;
   * after each healing, one leader, and every node at the same applied index and state digest
-    within 5 s.
-It prints a summary table and exits 1 naming the first bad operations if any check fails.
+    within 5 s;
+  * no node answered a command (success, null, error, -CLUSTERDOWN) later than
+    cluster-wait-leader-ms (--wait-leader-ms, passed to every node) plus a slack for this machine
+    (--late-slack-ms) after it was sent; a blocking `WAIT ms` acquire may take its WAIT more; a
+    command sent to a SIGSTOPped node is counted from its SIGCONT. A client's socket timeout
+    (--client-timeout) is well above that: a command that got no answer at all by then, on a
+    connection that stayed open, is a violation too. A connection closed or refused is no answer.
+It prints a summary table, then per fault kind (of the last round whose fault began before the
+answer; "no fault" before the first round) a histogram of answer times (send to answer) by
+outcome (success, null, error, CLUSTERDOWN), and exits 1 naming the first bad operations if any
+check fails. --hold makes the pauses and cuts outlast cluster-wait-leader-ms.
 
 Run as root (namespaces, nftables):  python3 tests/faults/harness.py --nodes 3 --rounds 50
 Every process it starts is stopped by pid, every namespace removed, on every exit path.
@@ -54,6 +63,15 @@ SUBNET = "10.77.77"
 CLIENT_ADDR = SUBNET + ".2"
 CLONE_NEWNET = 0x40000000
 ELECTION_TIMEOUT_MS = 500  # the contract's default, which the nodes run with
+# cluster.md: no node answers a command later than cluster-wait-leader-ms after its arrival.
+WAIT_LEADER_MS = 3000  # the contract's default; given to every node (--wait-leader-ms)
+LATE_SLACK_MS = 500  # client-side slack over that limit: 32 Python threads on a noisy 2-core box
+# The clients' socket timeout: far enough above limit + slack that a late answer is seen (and
+# reported) as late, not lost as a timeout.
+CLIENT_TIMEOUT_S = 10.0
+# answer-time histogram buckets (upper bounds, seconds); the last column is ">= 4 s"
+ANSWER_BUCKETS_S = (0.1, 0.5, 1.0, 2.0, 3.0, 3.5, 4.0)
+ANSWER_CLASSES = ("success", "null", "error", "CLUSTERDOWN")
 
 PARTITION_KINDS = ["partition-leader", "partition-follower", "split"]
 KINDS = [
@@ -172,6 +190,7 @@ class Node:
         self.log_path = os.path.join(root, f"node{slot}.log")
         self.slow_file = os.path.join(root, f"node{slot}.sync-delay-ms")
         self.extra_args = []  # more flags for every start (tests/faults/cutoff_leader.py)
+        self.wait_leader_ms = None  # --cluster-wait-leader-ms, when the harness sets it
         self.proc = None
 
     def addr(self):
@@ -181,6 +200,8 @@ class Node:
         os.makedirs(self.dir, exist_ok=True)
         cmd = [self.binary, "--bind", self.host, "--port", str(self.port), "--dir", self.dir,
                "--node-id", str(self.id), "--cluster-peers", peers] + self.extra_args
+        if self.wait_leader_ms is not None:
+            cmd += ["--cluster-wait-leader-ms", str(self.wait_leader_ms)]
         if self.ns:
             cmd = ["ip", "netns", "exec", self.ns] + cmd  # ip execs flockd: the pid is flockd's
         env = dict(os.environ, FLOCKD_LOG_LEVEL="info,openraft=warn",
@@ -231,7 +252,7 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, size, mode, root, binary, net):
+    def __init__(self, size, mode, root, binary, net, wait_leader_ms=None):
         self.mode, self.net = mode, net
         if mode == "netns":
             self.nodes = [Node(i, net.address(i), 6379, 16379, net.nodes[i], root, binary)
@@ -240,6 +261,8 @@ class Cluster:
             ports = free_ports(2 * size)
             self.nodes = [Node(i, "127.0.0.1", ports[i], ports[size + i], None, root, binary)
                           for i in range(size)]
+        for n in self.nodes:
+            n.wait_leader_ms = wait_leader_ms
         self.next_id = size + 1
         self.joining = set()  # slots started under a new id, not yet added
 
@@ -338,8 +361,9 @@ class Failure(Exception):
 class Clients:
     """32 (by default) client threads; each records every request it sends."""
 
-    def __init__(self, cluster, count, names, seed):
+    def __init__(self, cluster, count, names, seed, timeout=CLIENT_TIMEOUT_S):
         self.cluster = cluster
+        self.timeout = timeout  # the socket timeout of every request
         self.names = names
         self.seed = seed
         self.stop = threading.Event()
@@ -387,15 +411,18 @@ class Clients:
 
         def connect():
             n = nodes[slot]
-            return redis.Redis(host=n.host, port=n.port, socket_timeout=6.0,
+            return redis.Redis(host=n.host, port=n.port, socket_timeout=self.timeout,
                                socket_connect_timeout=1.0,
                                retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0))
 
-        def send(op, name, *args, tok=None, lease=None):
+        def send(op, name, *args, tok=None, lease=None, wait=None):
+            # wait: the WAIT ms of a blocking acquire (None for every command these clients
+            # send today); the late-answer check allows it on top of the limit
             nonlocal conn, slot
             if conn is None:
                 conn = connect()
-            rec = {"c": c, "node": slot, "op": op, "name": name, "tok": tok, "lease": lease}
+            rec = {"c": c, "node": slot, "id": nodes[slot].id, "op": op, "name": name,
+                   "tok": tok, "lease": lease, "wait": wait}
             rec["s"] = now()
             try:
                 v = conn.execute_command(*args)
@@ -406,13 +433,19 @@ class Clients:
                     rec["res"], rec["v"] = "ok", int(v)
             except redis.ResponseError as e:
                 rec["r"] = now()
-                rec["res"], rec["v"] = "err", str(e)[:120]
+                rec["res"], rec["v"] = "err", error_text(e)[:120]
             except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
                 rec["r"] = now()
                 text = str(e)
                 # refused at connect time: nothing was sent
                 rec["res"] = "unsent" if ("refused" in text or "111" in text) else "unknown"
                 rec["v"] = text[:120]
+                if rec["res"] == "unknown":
+                    # "timeout": sent on an open connection, no answer by the socket timeout;
+                    # "closed": the connection broke (a node killed), or never connected
+                    read_timeout = (isinstance(e, (redis.TimeoutError, TimeoutError))
+                                    and "connecting" not in text)
+                    rec["lost"] = "timeout" if read_timeout else "closed"
                 try:
                     conn.close()
                 except Exception:
@@ -470,11 +503,163 @@ class Clients:
             conn.close()
 
 
+def error_text(e):
+    """An error reply as the node sent it. redis-py takes the first word off the codes it knows
+    (CLUSTERDOWN, MOVED, ...): it is put back, so -CLUSTERDOWN is told from other errors."""
+    text = str(e)
+    code = getattr(e, "status_code", None)
+    if isinstance(e, redis.exceptions.ClusterDownError):
+        code = "CLUSTERDOWN"
+    if code and not text.startswith(code):
+        text = f"{code} {text}"
+    return text
+
+
 # ----------------------------------------------------------------------------- the checker
 
 
-def check(history, windows, final, convergence_failures):
-    """Every violation as (check, text, [operations])."""
+def answer_class(op):
+    """success, null, error or CLUSTERDOWN for an answer; None for no answer (not sent,
+    connection lost, client timeout)."""
+    if op["res"] == "ok":
+        return "success"
+    if op["res"] == "null":
+        return "null"
+    if op["res"] == "err":
+        return "CLUSTERDOWN" if str(op["v"]).startswith("CLUSTERDOWN") else "error"
+    return None
+
+
+def round_of(history, windows, at="r"):
+    """Per operation (in history order), the window of the last round whose fault began before
+    the operation ended (at="r", its answer: an operation under way when a fault began is that
+    fault's) or was sent (at="s"); None before the first round."""
+    starts = [w["t0"] for w in windows]  # in round order
+    out = []
+    for op in history:
+        k = bisect.bisect_right(starts, op[at]) - 1
+        out.append(windows[k] if k >= 0 else None)
+    return out
+
+
+def answer_deadline(op, windows, wait_leader_s, slack_s):
+    """The latest time op may be answered, and why if a pause moved it. Counted from the
+    send; a command sent to a node while it was SIGSTOPped arrives when it is continued, and one
+    that was there when it stopped cannot be answered before then."""
+    arrival, floor, note = op["s"], op["s"], ""
+    for w in windows:
+        for slot, t_stop, t_cont in w.get("paused", ()):
+            if slot != op["node"]:
+                continue
+            if t_stop <= op["s"] < t_cont:
+                arrival = t_cont
+                note = (f", sent while the node was paused (continued {t_cont - op['s']:.2f} s "
+                        "after the send)")
+            elif op["s"] < t_stop < op["r"]:
+                floor, note = max(floor, t_cont), ", the node was paused while holding it"
+    limit = wait_leader_s + (op.get("wait") or 0) / 1000.0
+    return max(arrival + limit, floor) + slack_s, limit, note
+
+
+def late_answers(history, windows, wait_leader_s, slack_s, origin=0.0):
+    """No node answers a command later than cluster-wait-leader-ms after its arrival (a
+    blocking WAIT acquire: its WAIT more), on any path; plus a slack for the client side."""
+    bad = []
+    for op, w, w_sent in zip(history, round_of(history, windows),
+                             round_of(history, windows, at="s")):
+        cls = answer_class(op)
+        timed_out = op["res"] == "unknown" and op.get("lost") == "timeout"
+        if cls is None and not timed_out:
+            continue
+        deadline, limit, note = answer_deadline(op, windows, wait_leader_s, slack_s)
+        where = "no fault" if w is None else f"{w['kind']} round {w['round']}"
+        if w_sent is not w:
+            where += (" (sent before any fault)" if w_sent is None else
+                      f" (sent in {w_sent['kind']} round {w_sent['round']})")
+        who = f"{op['op']} {op['name']} (client {op['c']}) on slot {op['node']}"
+        if op.get("id") is not None:
+            who += f" (node id {op['id']})"
+        sent = f"sent at +{op['s'] - origin:.2f} s"
+        if timed_out:
+            bad.append(("unanswered past the limit",
+                        f"{where}: {who}, {sent}: no answer in {op['r'] - op['s']:.2f} s on an "
+                        f"open connection (the client's timeout), limit {limit:.1f} s{note}", [op]))
+        elif op["r"] > deadline:
+            bad.append(("late answer",
+                        f"{where}: {who} answered {cls} after {op['r'] - op['s']:.2f} s, {sent}; "
+                        f"limit {limit:.1f} s + slack {slack_s:.1f} s{note}", [op]))
+    return bad
+
+
+def answer_times(history, windows, kinds):
+    """Per fault kind (and "no fault"), per outcome class: answer times (send to answer) of the
+    non-blocking commands, bucketed, with p50/p99/max; and the operations with no answer."""
+    order = ["no fault"] + list(kinds)
+    per = {}
+    for op, w in zip(history, round_of(history, windows)):
+        if op.get("wait"):
+            continue
+        kind = "no fault" if w is None else w["kind"]
+        row = per.setdefault(kind, {"times": {c: [] for c in ANSWER_CLASSES},
+                                    "unsent": 0, "closed": 0, "timeout": 0})
+        cls = answer_class(op)
+        if cls is not None:
+            row["times"][cls].append(op["r"] - op["s"])
+        elif op["res"] == "unsent":
+            row["unsent"] += 1
+        else:
+            row["timeout" if op.get("lost") == "timeout" else "closed"] += 1
+    out = []
+    for kind in order + sorted(k for k in per if k not in order):
+        if kind not in per:
+            continue
+        row = per[kind]
+        classes = {}
+        everything = []
+        for cls in ANSWER_CLASSES + ("all",):
+            times = everything if cls == "all" else row["times"][cls]
+            if cls != "all":
+                everything += times
+            counts = [0] * (len(ANSWER_BUCKETS_S) + 1)
+            for t in times:
+                counts[bisect.bisect_right(ANSWER_BUCKETS_S, t)] += 1
+            classes[cls] = {"n": len(times), "buckets": counts,
+                            "p50_s": percentile(times, 50), "p99_s": percentile(times, 99),
+                            "max_s": max(times) if times else None}
+        out.append({"kind": kind, "classes": classes, "unsent": row["unsent"],
+                    "closed": row["closed"], "timeout": row["timeout"]})
+    return out
+
+
+def print_answer_times(table, wait_leader_s, slack_s):
+    def bound(b):
+        return f"<{b:g}s"
+    heads = [bound(b) for b in ANSWER_BUCKETS_S] + [f">={ANSWER_BUCKETS_S[-1]:g}s"]
+    print(f"\nanswer times of non-blocking commands, send to answer, by the kind of the last "
+          f"fault begun before the answer (limit {wait_leader_s:g} s + slack {slack_s:g} s)")
+    print(f"{'fault':18s} {'outcome':11s} {'n':>6s} " + " ".join(f"{h:>6s}" for h in heads)
+          + f" {'p50':>6s} {'p99':>6s} {'max':>6s}")
+
+    def sec(v):
+        return "     -" if v is None else f"{v:5.2f}s"
+    for row in table:
+        first = True
+        for cls in ANSWER_CLASSES + ("all",):
+            c = row["classes"][cls]
+            if c["n"] == 0 and cls != "all":
+                continue
+            print(f"{row['kind'] if first else '':18s} {cls:11s} {c['n']:6d} "
+                  + " ".join(f"{n:6d}" for n in c["buckets"])
+                  + f" {sec(c['p50_s'])} {sec(c['p99_s'])} {sec(c['max_s'])}")
+            first = False
+        print(f"{'':18s} {'no answer':11s} not sent {row['unsent']}, connection lost "
+              f"{row['closed']}, client timeout {row['timeout']}")
+
+
+def check(history, windows, final, convergence_failures, wait_leader_s=WAIT_LEADER_MS / 1000.0,
+          slack_s=LATE_SLACK_MS / 1000.0, origin=0.0):
+    """Every violation as (check, text, [operations]). origin: the run's start, for the times
+    in the late-answer texts."""
     bad = list(convergence_failures)
     by_name = {}
     for op in history:
@@ -585,6 +770,7 @@ def check(history, windows, final, convergence_failures):
                 bad.append(("isolated node answered",
                             f"{w['kind']} round {w['round']}: slot {op['node']} answered while "
                             "cut off from the majority", [op]))
+    bad += late_answers(history, windows, wait_leader_s, slack_s, origin)
     return bad
 
 
@@ -639,8 +825,11 @@ def summarize(history, windows, kinds):
 
 
 class Controller:
-    def __init__(self, cluster, clients, rng, log):
+    def __init__(self, cluster, clients, rng, log, hold=None):
         self.cluster, self.clients, self.rng, self.log = cluster, clients, rng, log
+        # how long a pause, a cut or a combined fault lasts; None: 3 election timeouts for a
+        # pause, 2.5 s for the others (shorter than cluster-wait-leader-ms)
+        self.hold = hold
         self.windows = []
         self.convergence_failures = []
 
@@ -661,11 +850,13 @@ class Controller:
         elif kind == "pause-leader":
             node = c.nodes[leader]
             w["isolated"] = [leader]
+            stopped = now()
             node.signal(signal.SIGSTOP)
             w["iso0"] = now()
-            time.sleep(3 * ELECTION_TIMEOUT_MS / 1000.0)
+            time.sleep(self.hold or 3 * ELECTION_TIMEOUT_MS / 1000.0)
             w["iso1"] = now()
             node.signal(signal.SIGCONT)
+            w["paused"] = [(leader, stopped, now())]
         elif kind in PARTITION_KINDS:
             if kind == "partition-leader":
                 minority = [leader]
@@ -678,7 +869,7 @@ class Controller:
             w["isolated"] = minority
             c.net.cut(minority, majority)
             w["iso0"] = now()
-            time.sleep(2.5)
+            time.sleep(self.hold or 2.5)
             w["iso1"] = now()
             c.net.heal(minority)
         elif kind == "combined":
@@ -723,10 +914,12 @@ class Controller:
         actions = ["kill", "pause"] + (["cut"] if c.net is not None else [])
         plan = [(first, self.rng.choice(actions)), (second, self.rng.choice(actions))]
         w["plan"] = plan
+        stopped = {}
         for slot, action in plan:
             if action == "kill":
                 c.nodes[slot].kill9()
             elif action == "pause":
+                stopped[slot] = now()
                 c.nodes[slot].signal(signal.SIGSTOP)
             else:
                 c.net.cut([slot], [s for s in range(len(c.nodes)) if s != slot])
@@ -736,13 +929,14 @@ class Controller:
             w["isolated"] = list(range(len(c.nodes)))
         else:
             w["isolated"] = [slot for slot, action in plan if action != "kill"]
-        time.sleep(2.5)
+        time.sleep(self.hold or 2.5)
         w["iso1"] = now()
         for slot, action in plan:
             if action == "kill":
                 c.nodes[slot].start(c.peers())
             elif action == "pause":
                 c.nodes[slot].signal(signal.SIGCONT)
+                w.setdefault("paused", []).append((slot, stopped[slot], now()))
             else:
                 c.net.heal([slot])
         for slot, action in plan:
@@ -814,9 +1008,9 @@ def final_state(cluster, names):
 def self_test():
     """The checker against small hand-made histories: a clean one passes, and each kind of
     violation is found and named. Runs before every harness run (no root needed)."""
-    def op(c, kind, s, r, res="ok", v=None, tok=None, lease=None, node=0, name="n"):
-        return {"c": c, "node": node, "op": kind, "name": name, "tok": tok, "lease": lease,
-                "s": s, "r": r, "res": res, "v": v}
+    def op(c, kind, s, r, res="ok", v=None, tok=None, lease=None, node=0, name="n", **more):
+        return dict({"c": c, "node": node, "op": kind, "name": name, "tok": tok, "lease": lease,
+                     "s": s, "r": r, "res": res, "v": v}, **more)
 
     def clean():  # tokens may skip numbers (a grant whose answer was lost)
         return [
@@ -830,27 +1024,69 @@ def self_test():
             op(4, "fence-token", 0.44, 0.45, v=10),
         ]
     final = {"n": {"last-token": 30, "locked": True, "token": 30, "fence-token": 10}}
-    cases = {
-        None: (clean(), final, []),
-        "unique tokens": (clean() + [op(5, "acquire", 0.395, 0.415, v=30, lease=10)], final, []),
-        "tokens in real-time order": (
-            clean() + [op(5, "acquire", 3.0, 3.01, v=25, lease=10)], final, []),
-        "lease length": (
-            [o for o in clean() if o["op"] != "renew"], final, []),
-        "stale read": (clean() + [op(6, "token", 0.5, 0.51, v=20)], final, []),
-        "final state": (clean(), {"n": dict(final["n"], **{"last-token": 20})}, []),
-        "isolated node answered": (
-            clean() + [op(7, "token", 0.6, 0.61, v=30, node=1)], final,
-            [{"kind": "partition-follower", "round": 1, "isolated": [1], "iso0": 0.55,
-              "iso1": 0.7}]),
-    }
-    for expected, (history, fin, windows) in cases.items():
+    limit = WAIT_LEADER_MS / 1000.0
+    slack = LATE_SLACK_MS / 1000.0
+    late = limit + slack + 0.2
+    pause = {"kind": "pause-leader", "round": 1, "isolated": [], "t0": 0.9,
+             "paused": [(2, 1.0, 2.5)]}
+
+    def in_time():  # answers by the limit (+ slack), each path; none is a violation
+        return clean() + [
+            op(8, "acquire", 1.0, 1.0 + limit + 0.1, res="err", v="CLUSTERDOWN no leader",
+               lease=1000, node=1),
+            op(8, "acquire", 5.0, 5.0 + limit + slack - 0.01, res="null", lease=1000, node=1),
+            # sent to a node while it was SIGSTOPped: counted from its SIGCONT at 2.5
+            op(9, "renew", 1.5, 2.5 + limit + 0.2, res="err", v="NOTOWNER", tok=10,
+               lease=500, node=2),
+            # a blocking acquire may take its WAIT more
+            op(10, "acquire", 6.0, 6.0 + 2.0 + limit, res="null", lease=1000, wait=2000),
+            # a connection lost is no answer
+            op(11, "token", 7.0, 7.0 + 2 * late, res="unknown", v="Connection closed",
+               lost="closed"),
+        ]
+    cases = [
+        (None, clean(), final, []),
+        (None, in_time(), final, [pause]),
+        ("late answer", clean() + [op(8, "acquire", 1.0, 1.0 + late, res="null", lease=1000,
+                                      node=1)], final, []),
+        ("late answer", clean() + [op(8, "release", 1.0, 1.0 + late, res="err",
+                                      v="CLUSTERDOWN no leader", tok=10, node=1)], final, []),
+        ("late answer", clean() + [op(10, "acquire", 6.0, 6.0 + 2.0 + late, res="null",
+                                      lease=1000, wait=2000)], final, []),
+        ("late answer", clean() + [op(9, "renew", 2.6, 2.6 + late, res="err", v="NOTOWNER",
+                                      tok=10, lease=500, node=2)], final, [pause]),
+        ("unanswered past the limit", clean() + [
+            op(11, "token", 7.0, 7.0 + CLIENT_TIMEOUT_S, res="unknown",
+               v="Timeout reading from socket", lost="timeout")], final, []),
+        ("unique tokens", clean() + [op(5, "acquire", 0.395, 0.415, v=30, lease=10)], final,
+         []),
+        ("tokens in real-time order",
+         clean() + [op(5, "acquire", 3.0, 3.01, v=25, lease=10)], final, []),
+        ("lease length", [o for o in clean() if o["op"] != "renew"], final, []),
+        ("stale read", clean() + [op(6, "token", 0.5, 0.51, v=20)], final, []),
+        ("final state", clean(), {"n": dict(final["n"], **{"last-token": 20})}, []),
+        ("isolated node answered",
+         clean() + [op(7, "token", 0.6, 0.61, v=30, node=1)], final,
+         [{"kind": "partition-follower", "round": 1, "isolated": [1], "iso0": 0.55,
+           "iso1": 0.7, "t0": 0.5}]),
+    ]
+    for expected, history, fin, windows in cases:
         history = sorted(history, key=lambda o: o["s"])
         found = {what for what, _, _ in check(history, windows, fin, [])}
         want = set() if expected is None else {expected}
         if found != want:
             sys.exit(f"checker self-test: a history with {expected or 'no violation'} "
                      f"gave {sorted(found) or 'none'}")
+    # the histogram: each answer in its kind, class and bucket; no answer counted apart
+    history = sorted(in_time(), key=lambda o: o["s"])
+    table = {r["kind"]: r for r in answer_times(history, [pause], ["pause-leader"])}
+    nofault, paused = table["no fault"]["classes"], table["pause-leader"]["classes"]
+    # the CLUSTERDOWN took 3.1 s (< 3.5 s), the paused node's error 4.2 s (>= 4 s)
+    got = (nofault["all"]["n"], paused["CLUSTERDOWN"]["buckets"][5], paused["null"]["n"],
+           paused["error"]["buckets"][-1], table["pause-leader"]["closed"],
+           paused["all"]["n"])
+    if got != (8, 1, 1, 1, 1, 3):
+        sys.exit(f"checker self-test: answer-time histogram {got}, expected (8, 1, 1, 1, 1, 3)")
 
 
 # ----------------------------------------------------------------------------- main
@@ -883,6 +1119,18 @@ def main():
                     help="stop starting rounds after this long")
     ap.add_argument("--keep", help="keep the nodes' dirs, logs and the history in this folder")
     ap.add_argument("--json", help="write the summary rows here")
+    ap.add_argument("--wait-leader-ms", type=int, default=WAIT_LEADER_MS,
+                    help="cluster-wait-leader-ms given to every node: no answer may come later "
+                    "(default %(default)s, the contract's)")
+    ap.add_argument("--late-slack-ms", type=int, default=LATE_SLACK_MS,
+                    help="client-side slack allowed over that limit (default %(default)s)")
+    ap.add_argument("--client-timeout", type=float, default=CLIENT_TIMEOUT_S,
+                    help="the clients' socket timeout in seconds (default %(default)s); must be "
+                    "well above the limit plus slack")
+    ap.add_argument("--hold", type=float,
+                    help="seconds a pause, a cut or a combined fault lasts (default: 3 election "
+                    "timeouts for a pause, 2.5 s for the others); longer than "
+                    "cluster-wait-leader-ms, commands wait out the limit under the fault")
     ap.add_argument("--self-test", action="store_true",
                     help="only check the checker against hand-made histories")
     args = ap.parse_args()
@@ -891,6 +1139,11 @@ def main():
         print("checker self-test: every violation found, none in the clean history")
         return
 
+    wait_leader_s, slack_s = args.wait_leader_ms / 1000.0, args.late_slack_ms / 1000.0
+    if args.client_timeout < wait_leader_s + slack_s + 2.0:
+        sys.exit(f"--client-timeout {args.client_timeout:g} s: keep it at least 2 s above the "
+                 f"limit plus slack ({wait_leader_s + slack_s:g} s), or late answers are lost "
+                 "as timeouts")
     mode = args.mode
     if mode == "auto":
         mode = "netns" if netns_available() else "loopback"
@@ -921,6 +1174,8 @@ def main():
         print(f"[{now() - started:7.1f}s] {text}", flush=True)
 
     log(f"{args.nodes} nodes, mode {mode}, seed {args.seed}, {args.clients} clients, "
+        f"cluster-wait-leader-ms {args.wait_leader_ms} (+ {args.late_slack_ms} ms slack), "
+        f"client timeout {args.client_timeout:g} s, "
         f"{args.rounds} round(s) of: {', '.join(kinds)}"
         + (f"; skipped here: {', '.join(skipped)}" if skipped else ""))
     net = Network(args.nodes) if mode == "netns" else None
@@ -946,14 +1201,15 @@ def main():
         if net is not None:
             net.up()
             net.enter_client_namespace()
-        cluster = Cluster(args.nodes, mode, root, binary, net)
+        cluster = Cluster(args.nodes, mode, root, binary, net,
+                          wait_leader_ms=args.wait_leader_ms)
         cluster.start_all()
         cluster.leader(timeout=30.0)
         names = [f"fault:{i}" for i in range(args.names)]
-        clients = Clients(cluster, args.clients, names, args.seed)
+        clients = Clients(cluster, args.clients, names, args.seed, timeout=args.client_timeout)
         clients.start()
         time.sleep(1.0)
-        controller = Controller(cluster, clients, rng, log)
+        controller = Controller(cluster, clients, rng, log, hold=args.hold)
         plan = [k for k in kinds for _ in range(args.rounds)]
         if args.mix:
             rng.shuffle(plan)
@@ -978,12 +1234,16 @@ def main():
             controller.convergence_failures.append(("final", str(e), []))
             final = {}
         violations = check(history, controller.windows, final,
-                           controller.convergence_failures)
+                           controller.convergence_failures, wait_leader_s=wait_leader_s,
+                           slack_s=slack_s, origin=started)
         rows = summarize(history, controller.windows, kinds)
+        times = answer_times(history, controller.windows, kinds)
         if args.keep:
             with open(os.path.join(root, "history.jsonl"), "w") as f:
                 for op in history:
                     f.write(json.dumps(op) + "\n")
+            with open(os.path.join(root, "windows.json"), "w") as f:
+                json.dump({"origin": started, "windows": controller.windows}, f, indent=1)
         counts = {}
         for op in history:
             counts[op["res"]] = counts.get(op["res"], 0) + 1
@@ -997,19 +1257,33 @@ def main():
             print(f"{r['kind']:18s} {r['rounds']:6d} {r['ops']:7d} {r['unavail_p50_ms']:9.0f}ms "
                   f"{r['unavail_max_ms']:5.0f}ms {r['lat_p50_ms']:6.1f}ms {r['lat_p99_ms']:5.0f}ms "
                   f"{r['heal_max_ms']:6.0f}ms")
+        print_answer_times(times, wait_leader_s, slack_s)
+        late = sum(1 for v in violations if v[0] in ("late answer", "unanswered past the limit"))
+        print(f"answers later than {wait_leader_s:g} s + {slack_s:g} s slack (or none by the "
+              f"client timeout): {late}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"nodes": args.nodes, "mode": mode, "seed": args.seed,
                            "operations": len(history), "rows": rows,
+                           "wait_leader_ms": args.wait_leader_ms,
+                           "late_slack_ms": args.late_slack_ms,
+                           "answer_buckets_s": list(ANSWER_BUCKETS_S), "answer_times": times,
+                           "late_answers": late,
                            "violations": len(violations)}, f, indent=1)
     except Failure as e:
         violations.append(("harness", str(e), []))
     if violations:
-        print(f"\nFAILED: {len(violations)} violation(s); the first:")
-        for what, text, ops in violations[:10]:
-            print(f"  [{what}] {text}")
-            for op in ops:
-                print(f"      {json.dumps(op)}")
+        by_check = {}
+        for v in violations:
+            by_check.setdefault(v[0], []).append(v)
+        print(f"\nFAILED: {len(violations)} violation(s): "
+              + ", ".join(f"{what} {len(vs)}" for what, vs in by_check.items())
+              + "; the first of each:")
+        for what, vs in by_check.items():
+            for _, text, ops in vs[:10]:
+                print(f"  [{what}] {text}")
+                for op in ops:
+                    print(f"      {json.dumps(op)}")
         if cluster is not None:
             for n in cluster.nodes:
                 print(f"--- slot {n.slot} (id {n.id}), last lines of its log\n{n.log_tail()}")
