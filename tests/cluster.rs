@@ -250,6 +250,17 @@ fn a_three_node_cluster_loses_no_lock_and_no_token_when_its_leader_is_killed() {
         .into_iter()
         .map(|h| h.join().expect("client"))
         .collect();
+    // A restarted ex-leader that wins an old vote says it did not take office, in words: no
+    // "lost the leadership while taking office: has to forward request to: Some(3), Some(BasicNode
+    // {...})", which read as two leaders.
+    for i in 0..NODES {
+        let log = log_of(&cluster, i);
+        assert!(
+            !log.contains("while taking office") && !log.contains("BasicNode {"),
+            "node {}:\n{log}",
+            i + 1
+        );
+    }
 
     // Per name: tokens unique, and increasing in real-time order.
     let mut by_name: BTreeMap<usize, Vec<Grant>> = BTreeMap::new();
@@ -1017,4 +1028,89 @@ fn a_removed_node_knows_it_and_says_so_and_a_dead_member_is_shown_down() {
             i + 1
         );
     }
+}
+
+/// One field of a RESP2 `FLOCK.STATUS` reply (the value after the field's name).
+fn status_field(reply: &str, field: &str) -> String {
+    let lines: Vec<&str> = reply.split("\r\n").collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == field)
+        .unwrap_or_else(|| panic!("no {field} in {reply:?}"));
+    let value = lines[at + 1];
+    if value.starts_with('$') {
+        lines[at + 2].to_string()
+    } else {
+        value.trim_start_matches(':').to_string()
+    }
+}
+
+/// Sends `FLOCK.ACQUIRE x 3000 WAIT wait_ms` through node `via` and leaves it waiting there (the
+/// connection is returned, never read).
+fn park_a_waiter(cluster: &Cluster, via: usize, wait_ms: u64) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(cluster.addr(via)).expect("connect");
+    let wait = wait_ms.to_string();
+    stream
+        .write_all(&common::encode_request(&[
+            b"FLOCK.ACQUIRE",
+            b"x",
+            b"3000",
+            b"WAIT",
+            wait.as_bytes(),
+        ]))
+        .unwrap();
+    stream
+}
+
+/// cluster.md, Waiters: a waiter is never granted after its WAIT deadline, nor once its
+/// connection is gone, whatever happens to the node holding it. Issue 35's run: B waits 1 s on
+/// `x` through a follower that is killed 0.3 s later; the waiter was still counted at +2.3 s, and
+/// after A's release the lock went to B (nobody) for its whole lease, C refused meanwhile.
+#[test]
+fn a_waiter_whose_node_dies_is_never_granted_after_its_deadline_or_its_node() {
+    for wait_ms in [1000, 30_000] {
+        let mut cluster = Cluster::start(NODES);
+        let leader = cluster.wait_for_leader(Duration::from_secs(20));
+        let (doomed, other) = ((leader + 1) % NODES, (leader + 2) % NODES);
+        assert_eq!(
+            int(&cluster.call(leader, &["FLOCK.ACQUIRE", "x", "6000"])),
+            1
+        );
+        let _waiter = park_a_waiter(&cluster, doomed, wait_ms);
+        wait_until_waiters(&cluster, leader, "1");
+        std::thread::sleep(Duration::from_millis(300));
+        cluster.kill(doomed);
+        let killed = Instant::now();
+        // By its deadline (1 s), or once its node counts as down (2 s without an answer), the
+        // waiter is gone from every node's count.
+        wait_until_waiters(&cluster, leader, "0");
+        println!(
+            "WAIT {wait_ms}: the dead node's waiter gone {:?} after the kill",
+            killed.elapsed()
+        );
+        assert_eq!(
+            status_field(&cluster.call(other, &["FLOCK.STATUS", "x"]), "waiters"),
+            "0"
+        );
+        assert_eq!(int(&cluster.call(leader, &["FLOCK.RELEASE", "x", "1"])), 1);
+        // C, through the other follower, gets it at once: nobody was granted it meanwhile.
+        assert_eq!(
+            int(&cluster.call(other, &["FLOCK.ACQUIRE", "x", "3000"])),
+            2,
+            "{}",
+            cluster.logs()
+        );
+    }
+}
+
+/// Waits (at most 15 s) until node `i` counts `n` waiters on `x`.
+fn wait_until_waiters(cluster: &Cluster, i: usize, n: &str) {
+    call_until(
+        cluster,
+        i,
+        &["FLOCK.STATUS", "x"],
+        Duration::from_secs(15),
+        |r| status_field(r, "waiters") == n,
+    );
 }

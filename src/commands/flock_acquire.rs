@@ -3,7 +3,7 @@
 //! not admitted (at once, or after WAIT ms in the FIFO queue).
 
 use bytes::Bytes;
-use flockd_core::{AcquireResult, CancelResult, Mode, Op, OpResult, Terms, WaitId};
+use flockd_core::{AcquireResult, CancelResult, Mode, Op, OpResult, Terms, Wait, WaitId};
 use flockd_proto::Reply;
 
 use super::{
@@ -172,7 +172,15 @@ impl StateCommand for FlockAcquire {
             name: self.name,
             lease_ms: self.lease_ms,
             owner: self.owner,
-            wait: self.wait_ms > 0,
+            // The deadline goes into the log too: a waiter whose node dies is dropped there.
+            wait: if self.wait_ms > 0 {
+                Wait::For {
+                    ms: self.wait_ms,
+                    node: 0,
+                }
+            } else {
+                Wait::No
+            },
             terms: with_session(self.terms, self.session, client_id),
         }
     }

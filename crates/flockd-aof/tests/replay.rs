@@ -477,7 +477,7 @@ fn not_idempotent(from: u64, to: u64) -> Vec<LogEntry> {
                     name: Bytes::from_static(b"reentrant"),
                     lease_ms: 60_000,
                     owner: Some(Bytes::from_static(b"o")),
-                    wait: false,
+                    wait: false.into(),
                 },
             ],
         })

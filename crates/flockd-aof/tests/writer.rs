@@ -98,7 +98,7 @@ fn proposals_are_answered_with_their_results_once_applied() {
         name: name.clone(),
         lease_ms: 10_000,
         owner: Some(Bytes::from_static(owner)),
-        wait: false,
+        wait: false.into(),
     };
     // One entry of three ops (a transaction): results in op order.
     let r = rt
@@ -641,7 +641,7 @@ fn an_entry_applied_at_start_is_logged_in_front_of_the_next_batch() {
         name: Bytes::from_static(b"held"),
         lease_ms: 10_000,
         owner: None,
-        wait: false,
+        wait: false.into(),
     };
     let r = rt
         .block_on(aof.propose(Millis(100), vec![acquire]))
@@ -712,7 +712,7 @@ fn an_entry_applied_at_start_is_logged_in_front_of_the_next_batch() {
                     name: Bytes::from_static(b"held"),
                     lease_ms: 10_000,
                     owner: None,
-                    wait: false,
+                    wait: false.into(),
                 }
             ),
             (2, Op::Rearm { extra_ms: 0 }),

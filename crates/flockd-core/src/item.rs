@@ -31,6 +31,10 @@ pub enum SnapshotItem<'a> {
         owner: Option<&'a [u8]>,
         lease_ms: u64,
         terms: Terms,
+        /// When the log drops it (`None`: when its proposer cancels it).
+        deadline: Option<Millis>,
+        /// The cluster node whose connection waits (0: none named).
+        node: u64,
     },
     /// A FLOCK.ACQUIREALL waiter (after every name's items), in wait order.
     MultiWaiter {

@@ -31,7 +31,7 @@ pub use keys::KeyType;
 pub use machine::{Applied, StateMachine};
 pub use op::{
     AcquireAllResult, AcquireResult, CancelAllResult, CancelResult, HoldingRef, Op, OpResult, Read,
-    WaitId,
+    Wait, WaitId,
 };
 pub use snapshot::Snapshot;
 pub use table::{HolderStatus, LockStats, LockStatus, ScanFilter};

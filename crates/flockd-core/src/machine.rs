@@ -165,6 +165,7 @@ impl StateMachine {
             }
             Op::Forget { names } => OpResult::Forget(locks.forget(names)),
             Op::BumpAll { by } => OpResult::BumpAll(locks.bump_all(*by)),
+            Op::DropWaits { node } => OpResult::DropWaits(locks.drop_waits(*node, at, events)),
             Op::Read(read) => self.read(read, at),
         }
     }

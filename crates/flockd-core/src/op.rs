@@ -22,6 +22,49 @@ pub struct WaitId {
     pub index: u32,
 }
 
+/// How long an acquire may queue behind a held lock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Wait {
+    /// Not at all: a held lock is busy at once.
+    #[default]
+    No,
+    /// Until the proposer cancels it ([`Op::CancelWait`]), as entries of earlier releases
+    /// queued: the log itself never ends such a wait (a start or a leader change does).
+    UntilCancelled,
+    /// At most `ms` of log time from the op's time. Past that the waiter is dropped by the log
+    /// itself, never granted, whether or not the node holding its connection is there to
+    /// cancel it (it may have died). The proposer still cancels at its own deadline. `node`:
+    /// the cluster node whose connection waits (0 on a single node), so that
+    /// [`Op::DropWaits`] ends its waits once that node is gone.
+    For { ms: u64, node: u64 },
+}
+
+/// `true`: queue until cancelled, `false`: do not queue (a wait without a deadline in the log).
+impl From<bool> for Wait {
+    fn from(queue: bool) -> Wait {
+        if queue {
+            Wait::UntilCancelled
+        } else {
+            Wait::No
+        }
+    }
+}
+
+impl Wait {
+    /// Whether a held lock queues the acquire.
+    pub fn queues(self) -> bool {
+        !matches!(self, Wait::No)
+    }
+
+    /// The log time past which the wait is over, for an op stamped `at`.
+    pub fn deadline(self, at: crate::Millis) -> Option<crate::Millis> {
+        match self {
+            Wait::For { ms, .. } => Some(at.plus(ms)),
+            Wait::No | Wait::UntilCancelled => None,
+        }
+    }
+}
+
 /// Identifies one holding of a lock: its name and the first token it was granted. Every later
 /// token of a reentrant holding is higher, so `first_token` stays the holding's id while
 /// `token` grows.
@@ -33,13 +76,14 @@ pub struct HoldingRef {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
-    /// FLOCK.ACQUIRE. `wait`: queue when the lock is held (the wait's deadline is the
-    /// proposer's; it proposes [`Op::CancelWait`] when it gives up).
+    /// FLOCK.ACQUIRE. `wait`: whether and how long to queue when the lock is held (the
+    /// proposer proposes [`Op::CancelWait`] when it gives up; a [`Wait::For`] also ends in
+    /// the log at its deadline, or with its node).
     Acquire {
         name: Bytes,
         lease_ms: u64,
         owner: Option<Bytes>,
-        wait: bool,
+        wait: Wait,
         terms: Terms,
     },
     /// FLOCK.ACQUIREALL: every name exclusively, all at once or none. `wait`: wait, holding
@@ -105,6 +149,10 @@ pub enum Op {
     Forget { names: Vec<Bytes> },
     /// Raise every counter, and the floor, by `by` (after restoring an old file).
     BumpAll { by: u64 },
+    /// Cluster node `node` is gone (it does not answer the leader, or it started again): every
+    /// wait its connections queued ([`Wait::For`] with its id) ends now, never granted. A grant
+    /// one of them already got stays: its lease runs out unless renewed.
+    DropWaits { node: u64 },
     /// A read (FLOCK.STATUS, FLOCK.TOKEN, FLOCK.TTL, FENCE.GET, FENCE.TOKEN) inside a
     /// transaction: it changes nothing, and its result is the state at that point of the entry.
     /// Outside transactions reads do not go through the log.
@@ -123,6 +171,29 @@ pub enum Read {
 }
 
 impl Op {
+    /// An acquire queued again after its wait was dropped (a leader change re-armed the
+    /// leases) asks for what is left of its wait, `left_ms`, not for its whole wait again.
+    pub fn shorten_wait(&mut self, left_ms: u64) {
+        if let Op::Acquire {
+            wait: Wait::For { ms, .. },
+            ..
+        } = self
+        {
+            *ms = left_ms.max(1);
+        }
+    }
+
+    /// A cluster node proposing this op names itself as the node whose connection waits.
+    pub fn set_waiting_node(&mut self, waiting_node: u64) {
+        if let Op::Acquire {
+            wait: Wait::For { node, .. },
+            ..
+        } = self
+        {
+            *node = waiting_node;
+        }
+    }
+
     /// The lock name or fence key the op is about, if it is about one.
     pub fn key(&self) -> Option<&Bytes> {
         match self {
@@ -145,6 +216,7 @@ impl Op {
             | Op::Rearm { .. }
             | Op::Forget { .. }
             | Op::BumpAll { .. }
+            | Op::DropWaits { .. }
             | Op::EndSession { .. }
             | Op::EndAllSessions => None,
         }
@@ -228,6 +300,8 @@ pub enum OpResult {
     Forget(usize),
     /// How many names were bumped.
     BumpAll(usize),
+    /// How many waits ended.
+    DropWaits(usize),
     /// FLOCK.STATUS of the name.
     Status(Bytes, crate::LockStatus),
     /// FLOCK.HOLDERS: the live holdings in grant order.

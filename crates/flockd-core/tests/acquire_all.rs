@@ -36,7 +36,7 @@ impl Log {
                 name: b(name),
                 lease_ms,
                 owner: owner.map(b),
-                wait: false,
+                wait: false.into(),
                 terms: Terms::default(),
             },
         )
@@ -185,7 +185,7 @@ fn an_expiry_or_the_end_of_a_lock_delay_is_the_moment_of_the_grant() {
             name: b("a"),
             lease_ms: 10,
             owner: None,
-            wait: false,
+            wait: false.into(),
             terms: Terms {
                 lock_delay_ms: 20,
                 ..Terms::default()
@@ -228,7 +228,7 @@ fn a_single_name_queue_comes_before_a_waiter_of_several() {
             name: b("a"),
             lease_ms: 100,
             owner: None,
-            wait: true,
+            wait: true.into(),
             terms: Terms::default(),
         },
     );
@@ -381,7 +381,7 @@ fn an_owner_reenters_what_it_holds_and_cannot_upgrade_a_shared_hold() {
             name: b("s"),
             lease_ms: 100,
             owner: Some(b("me")),
-            wait: false,
+            wait: false.into(),
             terms: Terms {
                 mode: Mode::Shared,
                 ..Terms::default()

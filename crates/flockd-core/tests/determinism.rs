@@ -284,7 +284,7 @@ fn concretize(g: &Gen, sm: &mut StateMachine, seen: &Seen, now: Millis) -> Optio
             name: name(n),
             lease_ms: lease,
             owner: OWNERS[owner].map(bytes),
-            wait,
+            wait: wait.into(),
         },
         Gen::Renew {
             name: n,
@@ -435,6 +435,8 @@ enum Item {
         owner: Option<Vec<u8>>,
         lease_ms: u64,
         terms: Terms,
+        deadline: Option<Millis>,
+        node: u64,
     },
     Delay(Vec<u8>, Millis),
     Fence(Vec<u8>, u64, Vec<u8>),
@@ -479,12 +481,16 @@ impl Item {
                 owner,
                 lease_ms,
                 terms,
+                deadline,
+                node,
             } => Item::Waiter {
                 name: name.to_vec(),
                 wait,
                 owner: owner.map(<[u8]>::to_vec),
                 lease_ms,
                 terms,
+                deadline,
+                node,
             },
             SnapshotItem::Fence { key, token, value } => {
                 Item::Fence(key.to_vec(), token, value.to_vec())
@@ -540,12 +546,16 @@ impl Item {
                 owner,
                 lease_ms,
                 terms,
+                deadline,
+                node,
             } => SnapshotItem::Waiter {
                 terms: *terms,
                 name,
                 wait: *wait,
                 owner: owner.as_deref(),
                 lease_ms: *lease_ms,
+                deadline: *deadline,
+                node: *node,
             },
             Item::Delay(name, until) => SnapshotItem::Delay {
                 name,
@@ -677,7 +687,7 @@ fn mutate(sm: &mut StateMachine, mutation: &Mutation) -> Option<bool> {
             name: bytes(NAMES[n]),
             lease_ms: 10,
             owner: Some(bytes(b"mutant")),
-            wait: true,
+            wait: true.into(),
         },
         Mutation::BumpAll => {
             if sm.token_floor() == MAX_TOKEN {
@@ -808,14 +818,14 @@ fn the_same_log_gives_the_same_digest_on_two_fresh_machines() {
             name: bytes(b"a"),
             lease_ms: 100,
             owner: Some(bytes(b"x")),
-            wait: false,
+            wait: false.into(),
         },
         Op::Acquire {
             terms: Default::default(),
             name: bytes(b"a"),
             lease_ms: 100,
             owner: None,
-            wait: true,
+            wait: true.into(),
         },
         Op::Advance {
             name: bytes(b"b"),
@@ -872,6 +882,8 @@ fn the_digest_sees_every_part_of_the_state() {
         wait,
         owner: owner.map(<[u8]>::to_vec),
         lease_ms,
+        deadline: None,
+        node: 0,
     };
     let base = vec![
         Item::Floor(3),

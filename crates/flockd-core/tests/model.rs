@@ -528,7 +528,7 @@ impl Run {
                     name: name_bytes(name),
                     lease_ms: lease,
                     owner: owner_bytes(owner),
-                    wait,
+                    wait: wait.into(),
                 };
                 self.apply(op, OpResult::Acquire(want), ev)?;
             }

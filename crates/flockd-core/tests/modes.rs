@@ -180,7 +180,7 @@ proptest! {
                     name: Bytes::from_static(NAMES[name]),
                     lease_ms: lease,
                     owner: OWNERS[owner].map(Bytes::from_static),
-                    wait,
+                    wait: wait.into(),
                     terms: Terms {
                         mode: mode_of(mode),
                         session: session.then_some(7),

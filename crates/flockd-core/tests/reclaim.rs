@@ -62,7 +62,7 @@ impl Log {
             name: Bytes::copy_from_slice(n.as_bytes()),
             lease_ms: 10,
             owner: None,
-            wait: false,
+            wait: false.into(),
         };
         match self.apply(at, op) {
             OpResult::Acquire(AcquireResult::Granted(token)) => token,
@@ -129,7 +129,7 @@ proptest! {
         for step in &steps {
             match *step {
                 Step::Acquire(n) => {
-                    let op = Op::Acquire {terms: Default::default(),  name: name(n), lease_ms: 1000, owner: None, wait: false };
+                    let op = Op::Acquire {terms: Default::default(),  name: name(n), lease_ms: 1000, owner: None, wait: false.into() };
                     if let OpResult::Acquire(AcquireResult::Granted(token)) = log.apply(now, op) {
                         let before = seen.get(&n).copied().unwrap_or(0);
                         prop_assert!(token > before, "name {}: token {} after {}", n, token, before);
@@ -225,7 +225,7 @@ fn reclaim_forgets_idle_names_down_to_the_bound_and_raises_the_floor() {
         name: Bytes::from_static(b"held"),
         lease_ms: 60_000,
         owner: None,
-        wait: false,
+        wait: false.into(),
     };
     assert_eq!(
         log.apply(Millis(0), op),

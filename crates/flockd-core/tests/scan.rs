@@ -74,7 +74,7 @@ fn held_returns_only_names_with_a_live_holding() {
             name: name(i),
             lease_ms: 100,
             owner: None,
-            wait: false,
+            wait: false.into(),
             terms: Terms::default(),
         });
     }

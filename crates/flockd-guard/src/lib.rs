@@ -24,7 +24,7 @@
 
 use bytes::{Bytes, BytesMut};
 use flockd_aof::record::{RecordTooLarge, encode_entry};
-use flockd_core::{AcquireResult, Millis, Op, OpResult, StateMachine, Terms};
+use flockd_core::{AcquireResult, Millis, Op, OpResult, StateMachine, Terms, Wait};
 use flockd_proto::{Limits, ProtocolError, ProtocolVersion, Reply, Request, RequestParser, encode};
 use flockd_raft::types::{EntryPayload, Origin, RaftProposal};
 
@@ -160,7 +160,7 @@ pub fn to_op(request: &Request) -> Result<Op, DispatchError> {
             name: lock,
             lease_ms: lease,
             owner,
-            wait: false,
+            wait: Wait::No,
             terms: Terms::default(),
         })
     } else if name.eq_ignore_ascii_case(b"FLOCK.RELEASE") {
@@ -295,7 +295,7 @@ pub fn granted_machine(leases: usize, lease_ms: u64) -> StateMachine {
             name: Bytes::from(format!("lease:{i:06}")),
             lease_ms,
             owner: None,
-            wait: false,
+            wait: Wait::No,
             terms: Terms::default(),
         };
         machine.apply(i as u64 + 1, START, &op);

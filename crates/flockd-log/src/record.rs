@@ -18,14 +18,19 @@
 //!   7 CancelWait, 8 Expire, 9 Rearm, 10 Forget, 11 BumpAll; reads inside a transaction:
 //!   12 Status, 13 Token, 14 Ttl, 15 FenceGet, 16 FenceToken; then 17 Acquire with terms,
 //!   18 FenceSet with a lock, 19 EndSession, 20 EndAllSessions, 21 Holders, 22 AcquireAll,
-//!   23 CancelWaitAll). One entry is one
+//!   23 CancelWaitAll, 24 DropWaits). One entry is one
 //!   proposal: a transaction's ops are one record, so a torn tail drops them together. An
 //!   acquire with the plain terms is written as tag 1, so such files stay what they were.
 //! - `32` snapshot begin: `position:u64 at:u64`, the log position the snapshot reflects; replay
 //!   skips entries at or below it. Then the snapshot's items: `33` floor, `34` counter,
 //!   `35` holding, `36` waiter, `37` fence (fields in the order of `flockd_core::SnapshotItem`),
 //!   `38` holding and `39` waiter with terms other than the plain ones, `40` lock-delay,
-//!   `41` FLOCK.ACQUIREALL waiter.
+//!   `41` FLOCK.ACQUIREALL waiter, `42` waiter with a deadline in log time (its terms always
+//!   written, then `deadline:u64 node:u64`).
+//!
+//! An acquire's wait is one byte: 0 no wait, 1 until cancelled (the only kinds written before
+//! waits had deadlines, so older files read as they were), 2 then `ms:u64 node:u64`: at most
+//! that long in log time, for a connection on that cluster node (0: a single node's).
 //!
 //! AcquireAll and its waiter carry only a session option, not whole terms: their holdings are
 //! always exclusive, without lock-delay.
@@ -42,7 +47,9 @@
 //! the payload holds, and requires the payload to be consumed exactly; it never panics.
 
 use bytes::Bytes;
-use flockd_core::{HoldingRef, Millis, Mode, Op, Read, SnapshotItem, Terms, V1Change, WaitId};
+use flockd_core::{
+    HoldingRef, Millis, Mode, Op, Read, SnapshotItem, Terms, V1Change, Wait, WaitId,
+};
 
 /// The header of the files written today: magic `FLOCKAO` and format version `2`.
 pub const HEADER: [u8; 8] = *b"FLOCKAO2";
@@ -98,6 +105,7 @@ mod tag {
     pub const WAITER_WITH_TERMS: u8 = 39;
     pub const DELAY: u8 = 40;
     pub const MULTI_WAITER: u8 = 41;
+    pub const WAITER_WITH_DEADLINE: u8 = 42;
 
     pub const OP_ACQUIRE: u8 = 1;
     pub const OP_RENEW: u8 = 2;
@@ -122,6 +130,7 @@ mod tag {
     pub const OP_READ_HOLDERS: u8 = 21;
     pub const OP_ACQUIRE_ALL: u8 = 22;
     pub const OP_CANCEL_WAIT_ALL: u8 = 23;
+    pub const OP_DROP_WAITS: u8 = 24;
 }
 
 /// Why a payload could not be encoded.
@@ -144,6 +153,8 @@ pub enum DecodeError {
     Truncated,
     #[error("bad flag byte {0}")]
     BadFlag(u8),
+    #[error("bad wait kind {0}")]
+    BadWait(u8),
     #[error("bad lock mode {kind} (limit {limit})")]
     BadMode { kind: u8, limit: u32 },
     /// The form with terms, holding the plain terms: the encoder writes those in the short
@@ -253,6 +264,14 @@ impl<'a> Frame<'a> {
             .u64(terms.lock_delay_ms)
     }
 
+    fn wait_kind(&mut self, wait: Wait) -> &mut Self {
+        match wait {
+            Wait::No => self.u8(0),
+            Wait::UntilCancelled => self.u8(1),
+            Wait::For { ms, node } => self.u8(2).u64(ms).u64(node),
+        }
+    }
+
     fn wait(&mut self, w: WaitId) -> &mut Self {
         self.u64(w.position).u32(w.index)
     }
@@ -306,7 +325,7 @@ fn put_op(f: &mut Frame<'_>, op: &Op) {
             .bytes(name)
             .u64(*lease_ms)
             .opt_bytes(owner.as_deref())
-            .u8(u8::from(*wait));
+            .wait_kind(*wait);
             if !plain {
                 f.terms(terms);
             }
@@ -410,6 +429,9 @@ fn put_op(f: &mut Frame<'_>, op: &Op) {
         Op::BumpAll { by } => {
             f.u8(tag::OP_BUMP_ALL).u64(*by);
         }
+        Op::DropWaits { node } => {
+            f.u8(tag::OP_DROP_WAITS).u64(*node);
+        }
         Op::Read(read) => {
             let (t, key) = match read {
                 Read::Status { name } => (tag::OP_READ_STATUS, name),
@@ -500,16 +522,20 @@ pub fn encode_item(item: &SnapshotItem<'_>, out: &mut Vec<u8>) -> Result<(), Rec
             owner,
             lease_ms,
             terms,
+            deadline,
+            node,
         } => {
             let plain = terms.is_plain();
-            let t = if plain {
-                tag::WAITER
-            } else {
-                tag::WAITER_WITH_TERMS
+            let t = match (deadline, plain) {
+                (Some(_), _) => tag::WAITER_WITH_DEADLINE,
+                (None, true) => tag::WAITER,
+                (None, false) => tag::WAITER_WITH_TERMS,
             };
             let mut f = Frame::begin(out, t);
             f.bytes(name).wait(*wait).opt_bytes(*owner).u64(*lease_ms);
-            if !plain {
+            if let Some(deadline) = deadline {
+                f.terms(terms).u64(deadline.0).u64(*node);
+            } else if !plain {
                 f.terms(terms);
             }
             f
@@ -635,6 +661,18 @@ impl<'a> Cursor<'a> {
         Ok(u64::from_le_bytes(a))
     }
 
+    fn wait_kind(&mut self) -> Result<Wait, DecodeError> {
+        match self.u8()? {
+            0 => Ok(Wait::No),
+            1 => Ok(Wait::UntilCancelled),
+            2 => Ok(Wait::For {
+                ms: self.u64()?,
+                node: self.u64()?,
+            }),
+            k => Err(DecodeError::BadWait(k)),
+        }
+    }
+
     fn flag(&mut self) -> Result<bool, DecodeError> {
         match self.u8()? {
             0 => Ok(false),
@@ -666,11 +704,21 @@ impl<'a> Cursor<'a> {
         Ok(self.opt_slice()?.map(Bytes::copy_from_slice))
     }
 
-    /// Terms if the tag says they follow, else the plain ones.
+    /// Terms if the tag says they follow, else the plain ones (which a tag that has them in
+    /// long form must not carry: a record has one way of writing).
     fn terms_if(&mut self, present: bool) -> Result<Terms, DecodeError> {
         if !present {
             return Ok(Terms::default());
         }
+        let terms = self.terms()?;
+        if terms.is_plain() {
+            return Err(DecodeError::PlainTermsInLongForm);
+        }
+        Ok(terms)
+    }
+
+    /// Terms in long form, plain ones included.
+    fn terms(&mut self) -> Result<Terms, DecodeError> {
         let (kind, limit) = (self.u8()?, self.u32()?);
         let mode = match (kind, limit) {
             (0, 0) => Mode::Exclusive,
@@ -678,15 +726,11 @@ impl<'a> Cursor<'a> {
             (2, n @ 1..=0xffff) => Mode::Limit(n as u16),
             _ => return Err(DecodeError::BadMode { kind, limit }),
         };
-        let terms = Terms {
+        Ok(Terms {
             mode,
             session: self.session()?,
             lock_delay_ms: self.u64()?,
-        };
-        if terms.is_plain() {
-            return Err(DecodeError::PlainTermsInLongForm);
-        }
-        Ok(terms)
+        })
     }
 
     fn session(&mut self) -> Result<Option<u64>, DecodeError> {
@@ -741,7 +785,7 @@ fn op(c: &mut Cursor<'_>) -> Result<Op, DecodeError> {
             name: c.bytes()?,
             lease_ms: c.u64()?,
             owner: c.opt_bytes()?,
-            wait: c.flag()?,
+            wait: c.wait_kind()?,
             terms: c.terms_if(t == tag::OP_ACQUIRE_WITH_TERMS)?,
         },
         tag::OP_ACQUIRE_ALL => Op::AcquireAll {
@@ -803,6 +847,7 @@ fn op(c: &mut Cursor<'_>) -> Result<Op, DecodeError> {
             names: c.many(Cursor::bytes)?,
         },
         tag::OP_BUMP_ALL => Op::BumpAll { by: c.u64()? },
+        tag::OP_DROP_WAITS => Op::DropWaits { node: c.u64()? },
         tag::OP_READ_STATUS => Op::Read(Read::Status { name: c.bytes()? }),
         tag::OP_READ_HOLDERS => Op::Read(Read::Holders { name: c.bytes()? }),
         tag::OP_READ_TOKEN => Op::Read(Read::Token { name: c.bytes()? }),
@@ -848,6 +893,17 @@ pub fn decode_v2(payload: &[u8]) -> Result<Record<'_>, DecodeError> {
             owner: c.opt_slice()?,
             lease_ms: c.u64()?,
             terms: c.terms_if(t == tag::WAITER_WITH_TERMS)?,
+            deadline: None,
+            node: 0,
+        }),
+        tag::WAITER_WITH_DEADLINE => Record::Item(SnapshotItem::Waiter {
+            name: c.slice()?,
+            wait: c.wait()?,
+            owner: c.opt_slice()?,
+            lease_ms: c.u64()?,
+            terms: c.terms()?,
+            deadline: Some(Millis(c.u64()?)),
+            node: c.u64()?,
         }),
         tag::MULTI_WAITER => Record::Item(SnapshotItem::MultiWaiter {
             wait: c.wait()?,

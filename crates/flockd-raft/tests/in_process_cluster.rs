@@ -207,7 +207,7 @@ fn acquire(name: &str, owner: &str, lease_ms: u64) -> Op {
         name: Bytes::from(name.to_owned()),
         lease_ms,
         owner: Some(Bytes::from(owner.to_owned())),
-        wait: false,
+        wait: false.into(),
         terms: Terms::default(),
     }
 }
@@ -414,7 +414,7 @@ fn acquire_op(name: Bytes) -> Op {
         name,
         lease_ms: 60_000,
         owner: None,
-        wait: false,
+        wait: false.into(),
         terms: Terms::default(),
     }
 }

@@ -76,7 +76,7 @@ fn acquire(name: &str) -> Op {
         name: Bytes::from(name.to_owned()),
         lease_ms: 10_000,
         owner: None,
-        wait: false,
+        wait: false.into(),
         terms: Terms::default(),
     }
 }

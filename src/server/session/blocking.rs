@@ -39,10 +39,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     ) -> std::io::Result<Next> {
         self.resolve().await;
         self.flush().await?;
-        let Proposal { op, reply, .. } = proposal;
+        let Proposal { mut op, reply, .. } = proposal;
         let name = op.key().cloned().unwrap_or_default();
         let deadline = Instant::now() + Duration::from_millis(wait_ms);
+        let mut first = true;
         loop {
+            if !std::mem::take(&mut first) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                op.shorten_wait(left.as_millis() as u64);
+            }
             let outcome = commit(&*self.shared.proposer, vec![op.clone()]).await;
             let queued = match &outcome {
                 Ok(results) => results.first().and_then(hook.queued),

@@ -200,7 +200,7 @@ pub fn sample_entries(n: usize) -> Vec<LogEntry> {
                     name,
                     lease_ms: 30_000,
                     owner: Some(b("owner")),
-                    wait: false,
+                    wait: false.into(),
                 }],
                 1 => vec![Op::Renew {
                     name,
@@ -215,7 +215,7 @@ pub fn sample_entries(n: usize) -> Vec<LogEntry> {
                         name: name.clone(),
                         lease_ms: 5_000,
                         owner: None,
-                        wait: true,
+                        wait: true.into(),
                     },
                     Op::CancelWait {
                         name,
@@ -257,14 +257,14 @@ pub fn sample_entries(n: usize) -> Vec<LogEntry> {
                         name: name.clone(),
                         lease_ms: 2_000,
                         owner: Some(b("tx")),
-                        wait: false,
+                        wait: false.into(),
                     },
                     Op::Acquire {
                         terms: Default::default(),
                         name,
                         lease_ms: 2_000,
                         owner: Some(b("tx")),
-                        wait: false,
+                        wait: false.into(),
                     },
                     Op::FenceSet {
                         lock: None,
@@ -461,7 +461,7 @@ impl Sim {
                 name,
                 lease_ms: 200 + rng.below(2000),
                 owner,
-                wait: rng.below(3) == 0,
+                wait: (rng.below(3) == 0).into(),
             },
             3 => Op::Renew {
                 name,

@@ -108,6 +108,16 @@ pub(super) struct Waiter {
     pub owner: Option<Bytes>,
     pub lease_ms: u64,
     pub terms: Terms,
+    /// Past this log time the waiter is dropped, never granted (`None`: only a cancel ends it).
+    pub deadline: Option<Millis>,
+    /// The cluster node whose connection waits (0: none named): see [`crate::Op::DropWaits`].
+    pub node: u64,
+}
+
+impl Waiter {
+    fn lapsed_at(&self, at: Millis) -> bool {
+        self.deadline.is_some_and(|deadline| deadline <= at)
+    }
 }
 
 /// What an acquire would get from an entry now (see [`LockEntry::readiness`]).
@@ -248,6 +258,66 @@ impl LockEntry {
         self.active.as_ref().map_or(0, |a| a.waiters.len())
     }
 
+    /// Waiters whose wait is not over at `at` (a read reports these: one past its deadline is
+    /// dropped by the next op on the name).
+    pub fn live_waiter_count(&self, at: Millis) -> usize {
+        self.waiters().filter(|w| !w.lapsed_at(at)).count()
+    }
+
+    /// Ends every wait of `node`'s connections (see [`crate::Op::DropWaits`]); how many.
+    pub fn drop_waits_of(&mut self, node: u64, ctx: &mut EntryCtx<'_>) -> usize {
+        self.settle(ctx);
+        let Some(active) = self.active.as_mut() else {
+            return 0;
+        };
+        let head = active.waiters.front().map(|w| w.wait);
+        let before = active.waiters.len();
+        let name = &ctx.name;
+        let events = &mut *ctx.events;
+        active.waiters.retain(|w| {
+            let gone = w.node == node;
+            if gone {
+                events.push(Event::WaitEnded {
+                    name: Bytes::clone(name),
+                    wait: w.wait,
+                });
+            }
+            !gone
+        });
+        let dropped = before - active.waiters.len();
+        ctx.counters.waiters -= dropped as u64;
+        // The head leaving may let the next ones in.
+        if dropped > 0 && active.waiters.front().map(|w| w.wait) != head {
+            self.handover(ctx);
+        }
+        dropped
+    }
+
+    /// Drops the waiters whose wait is over at the op's time: their node may be gone, and the
+    /// log never grants past a wait's deadline.
+    fn drop_lapsed_waiters(&mut self, ctx: &mut EntryCtx<'_>) {
+        let Some(active) = self.active.as_mut() else {
+            return;
+        };
+        if !active.waiters.iter().any(|w| w.lapsed_at(ctx.at)) {
+            return;
+        }
+        let before = active.waiters.len();
+        let name = &ctx.name;
+        let events = &mut *ctx.events;
+        active.waiters.retain(|w| {
+            let lapsed = w.lapsed_at(ctx.at);
+            if lapsed {
+                events.push(Event::WaitEnded {
+                    name: Bytes::clone(name),
+                    wait: w.wait,
+                });
+            }
+            !lapsed
+        });
+        ctx.counters.waiters -= (before - active.waiters.len()) as u64;
+    }
+
     /// Adds a holding after the others (a restore gives them in grant order), or replaces the
     /// one with the same first token (a first-format file records each reentrant grant).
     pub fn push_holding(&mut self, holding: Holding, counters: &mut Counters) {
@@ -323,6 +393,7 @@ impl LockEntry {
             }
         }
         self.end_delay_if_over(ctx.at);
+        self.drop_lapsed_waiters(ctx);
         self.handover(ctx);
     }
 
@@ -389,7 +460,7 @@ impl LockEntry {
             };
         }
 
-        if !wait {
+        if !wait.queues() {
             return AcquireResult::Busy;
         }
         let waiter = Waiter {
@@ -397,6 +468,11 @@ impl LockEntry {
             owner: owner.clone(),
             lease_ms,
             terms,
+            deadline: wait.deadline(ctx.at),
+            node: match wait {
+                crate::Wait::For { node, .. } => node,
+                crate::Wait::No | crate::Wait::UntilCancelled => 0,
+            },
         };
         self.push_waiter(waiter, ctx.counters);
         AcquireResult::Queued(wait_id)
@@ -437,7 +513,9 @@ impl LockEntry {
             Reentry::Into(index) if self.holdings()[index].holds < u32::MAX => Readiness::Grant,
             Reentry::Into(_) => Readiness::Busy,
             Reentry::Upgrade => Readiness::Upgrade,
-            Reentry::New if self.waiter_count() == 0 && !self.delayed(at) && self.fits(mode) => {
+            Reentry::New
+                if self.live_waiter_count(at) == 0 && !self.delayed(at) && self.fits(mode) =>
+            {
                 Readiness::Grant
             }
             Reentry::New => Readiness::Busy,

@@ -31,7 +31,7 @@ pub(crate) struct Acquire<'a> {
     pub wait_id: WaitId,
     pub owner: &'a Option<Bytes>,
     pub lease_ms: u64,
-    pub wait: bool,
+    pub wait: crate::Wait,
     pub terms: Terms,
 }
 
@@ -324,6 +324,29 @@ impl LockTable {
         (holdings, waiters)
     }
 
+    /// See [`crate::Op::DropWaits`]. In name order, as a re-arm: the events come out the same
+    /// on every machine.
+    pub fn drop_waits(&mut self, node: u64, at: Millis, events: &mut Vec<Event>) -> usize {
+        if self.counters.waiters == 0 || node == 0 {
+            return 0;
+        }
+        let mut names: Vec<Bytes> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.waiter_count() > 0)
+            .map(|(name, _)| Bytes::copy_from_slice(name.as_bytes()))
+            .collect();
+        names.sort_unstable();
+        names
+            .iter()
+            .filter_map(|name| {
+                self.with_entry(name, at, false, events, |entry, ctx| {
+                    entry.drop_waits_of(node, ctx)
+                })
+            })
+            .sum()
+    }
+
     /// See [`crate::Op::Forget`].
     pub fn forget(&mut self, names: &[Bytes]) -> usize {
         let mut forgotten = 0;
@@ -397,7 +420,7 @@ impl LockTable {
             owner: holding.and_then(|h| h.owner.clone()),
             ttl_ms: holding.map_or(-2, |h| ttl_of(h, now)),
             holds: holding.map_or(0, |h| h.holds),
-            waiters: entry.waiter_count(),
+            waiters: entry.live_waiter_count(now),
             last_token: entry.counter(self.floor),
             holdings,
             limit: match admits {
@@ -621,6 +644,8 @@ impl LockTable {
                     owner: w.owner.as_deref(),
                     lease_ms: w.lease_ms,
                     terms: w.terms,
+                    deadline: w.deadline,
+                    node: w.node,
                 });
             }
             let delay_until = entry.delay_until();
@@ -673,6 +698,8 @@ impl LockTable {
                 owner,
                 lease_ms,
                 terms,
+                deadline,
+                node,
             } => {
                 let entry = entry_or_new(&mut self.entries, name, floor);
                 let waiter = Waiter {
@@ -680,6 +707,8 @@ impl LockTable {
                     owner: owner.map(Bytes::copy_from_slice),
                     lease_ms: *lease_ms,
                     terms: *terms,
+                    deadline: *deadline,
+                    node: *node,
                 };
                 entry.push_waiter(waiter, &mut self.counters);
             }

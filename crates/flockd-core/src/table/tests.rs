@@ -114,7 +114,7 @@ impl Log {
                 name: Bytes::from_static(on),
                 lease_ms,
                 owner: owner(who),
-                wait,
+                wait: wait.into(),
             },
         )
     }
@@ -249,6 +249,8 @@ enum Item {
         owner: Option<Vec<u8>>,
         lease_ms: u64,
         terms: Terms,
+        deadline: Option<Millis>,
+        node: u64,
     },
     Delay(Vec<u8>, Millis),
     Fence(Vec<u8>, u64, Vec<u8>),
@@ -294,12 +296,16 @@ fn items(snapshot: &Snapshot) -> Vec<Item> {
                 owner,
                 lease_ms,
                 terms,
+                deadline,
+                node,
             } => Item::Waiter {
                 name: name.to_vec(),
                 wait,
                 owner: owner.map(<[u8]>::to_vec),
                 lease_ms,
                 terms,
+                deadline,
+                node,
             },
             SnapshotItem::Fence { key, token, value } => {
                 Item::Fence(key.to_vec(), token, value.to_vec())
@@ -1093,7 +1099,7 @@ fn wait_ids_of_one_entry_are_its_position_and_op_index() {
         name: name(),
         lease_ms: 100,
         owner: None,
-        wait: true,
+        wait: true.into(),
     };
     let w0 = WaitId {
         position: 2,
@@ -1807,7 +1813,9 @@ fn snapshot_rebuilds_the_same_state() {
                 name: N.to_vec(),
                 wait: w,
                 owner: Some(b"b".to_vec()),
-                lease_ms: 300
+                lease_ms: 300,
+                deadline: None,
+                node: 0,
             },
             Item::Fence(b"f".to_vec(), 3, b"v".to_vec()),
         ]
@@ -2031,7 +2039,7 @@ fn rearm_events_are_the_same_on_every_machine() {
                     name: name.clone(),
                     lease_ms: 100,
                     owner: None,
-                    wait,
+                    wait: wait.into(),
                 };
                 sm.apply(pos, t(0), &op);
             }
@@ -2153,7 +2161,7 @@ fn hold_times_run_from_the_grant_to_the_end_of_the_holding() {
         name: b(name),
         lease_ms,
         owner: Some(b("me")),
-        wait: false,
+        wait: false.into(),
         terms: Terms::default(),
     };
     // Released: a reentrant hold keeps the first grant's start, and only the last release
@@ -2181,4 +2189,139 @@ fn hold_times_run_from_the_grant_to_the_end_of_the_holding() {
     let mut restored = rebuild(&sm.snapshot());
     let force = Op::ForceRelease { name: b("s") };
     assert_eq!(ends(restored.apply(10, t(3_500), &force)), vec![None]);
+}
+
+// ------------------------------------------------------------------------- waits with a deadline
+
+/// An acquire that waits `wait_ms` in log time, as a node proposes it.
+fn waiting_acquire(lease_ms: u64, wait_ms: u64, who: Option<&'static str>) -> Op {
+    Op::Acquire {
+        terms: Default::default(),
+        name: name(),
+        lease_ms,
+        owner: owner(who),
+        wait: crate::Wait::For {
+            ms: wait_ms,
+            node: 7,
+        },
+    }
+}
+
+/// A waiter whose node died never cancels: the log drops it at its deadline. Reads stop
+/// counting it then, the next op on the name drops it (WaitEnded), and a release after the
+/// deadline hands the lock to the next live waiter, not to it.
+#[test]
+fn a_waiter_past_its_deadline_is_dropped_by_the_log_and_never_granted() {
+    let mut l = Log::new();
+    l.grant(0, 1000, None);
+    let dead = l.apply(10, waiting_acquire(500, 100, Some("dead")));
+    let OpResult::Acquire(AcquireResult::Queued(dead)) = dead.result else {
+        panic!("{dead:?}")
+    };
+    let live = l.apply(20, waiting_acquire(500, 5000, Some("live")));
+    let OpResult::Acquire(AcquireResult::Queued(live)) = live.result else {
+        panic!("{live:?}")
+    };
+    assert_eq!(l.sm.status(N, t(100)).waiters, 2);
+    // Its deadline is 10 + 100: from then on it is not a live waiter.
+    assert_eq!(l.sm.status(N, t(110)).waiters, 1);
+    let released = l.apply(
+        300,
+        Op::Release {
+            name: name(),
+            token: 1,
+        },
+    );
+    assert_eq!(
+        released.events,
+        vec![
+            Event::WaitEnded {
+                name: name(),
+                wait: dead
+            },
+            released_event(1),
+            granted(2, Some(live)),
+        ],
+        "the dead waiter is dropped, the live one granted"
+    );
+    let status = l.sm.status(N, t(300));
+    assert_eq!((status.token, status.waiters), (Some(2), 0));
+    assert_eq!(l.sm.lock_stats().waiters, 0);
+    // Its node's cancel, should it come after all, finds nothing.
+    assert_eq!(
+        l.cancel(400, dead, true).result,
+        OpResult::CancelWait(CancelResult::Removed)
+    );
+}
+
+fn released_event(token: u64) -> Event {
+    released(token, true)
+}
+
+/// Before its deadline a waiter is served as any other, and a waiter without a deadline (a
+/// single node's file of an earlier release) waits until cancelled.
+#[test]
+fn a_waiter_before_its_deadline_and_one_without_are_granted() {
+    let mut l = Log::new();
+    l.grant(0, 1000, None);
+    let first = l.apply(10, waiting_acquire(500, 100, None));
+    let OpResult::Acquire(AcquireResult::Queued(first)) = first.result else {
+        panic!("{first:?}")
+    };
+    let released = l.apply(
+        100,
+        Op::Release {
+            name: name(),
+            token: 1,
+        },
+    );
+    assert_eq!(
+        released.events,
+        vec![released_event(1), granted(2, Some(first))]
+    );
+    let old = l.enqueue(200, 100, None);
+    // Long past what a 100 ms wait would allow, still before the holder's lease ends.
+    let released = l.apply(
+        550,
+        Op::Release {
+            name: name(),
+            token: 2,
+        },
+    );
+    assert_eq!(
+        released.events,
+        vec![released_event(2), granted(3, Some(old))]
+    );
+}
+
+/// A snapshot keeps a waiter's deadline: a replica rebuilt from it drops the waiter at the same
+/// time as one that applied the log.
+#[test]
+fn a_snapshot_keeps_a_waiters_deadline() {
+    let mut l = Log::new();
+    l.grant(0, 1000, None);
+    l.apply(10, waiting_acquire(500, 100, None));
+    let snapshot = l.sm.snapshot();
+    let got = items(&snapshot);
+    assert!(
+        got.iter().any(|i| matches!(
+            i,
+            Item::Waiter {
+                deadline: Some(Millis(110)),
+                ..
+            }
+        )),
+        "{got:?}"
+    );
+    // Rebuilt, it drops the waiter at 110 as the original does.
+    let mut rebuilt = rebuild(&snapshot);
+    assert_eq!(rebuilt.status(N, t(110)).waiters, 0);
+    let release = Op::Release {
+        name: name(),
+        token: 1,
+    };
+    let original = l.apply(200, release.clone());
+    let copy = rebuilt.apply(l.pos, t(200), &release);
+    assert_eq!(original.result, copy.result);
+    assert_eq!(l.sm.digest(), rebuilt.digest());
 }

@@ -134,7 +134,11 @@ pub(crate) fn arb_op() -> impl Strategy<Value = Op> {
             arb_bytes(),
             any::<u64>(),
             proptest::option::of(arb_bytes()),
-            any::<bool>(),
+            prop_oneof![
+                Just(Wait::No),
+                Just(Wait::UntilCancelled),
+                (any::<u64>(), any::<u64>()).prop_map(|(ms, node)| Wait::For { ms, node })
+            ],
             arb_terms()
         )
             .prop_map(|(name, lease_ms, owner, wait, terms)| Op::Acquire {
@@ -208,6 +212,7 @@ pub(crate) fn arb_op() -> impl Strategy<Value = Op> {
         )
         .prop_map(|leases| Op::Expire { leases }),
         any::<u64>().prop_map(|extra_ms| Op::Rearm { extra_ms }),
+        any::<u64>().prop_map(|node| Op::DropWaits { node }),
         proptest::collection::vec(arb_bytes(), 0..4).prop_map(|names| Op::Forget { names }),
         any::<u64>().prop_map(|by| Op::BumpAll { by }),
         (arb_bytes(), 0..6u8).prop_map(|(key, kind)| Op::Read(match kind {
@@ -243,6 +248,8 @@ pub(crate) enum OwnedItem {
         owner: Option<Vec<u8>>,
         lease_ms: u64,
         terms: Terms,
+        deadline: Option<u64>,
+        node: u64,
     },
     Delay(Vec<u8>, u64),
     Fence {
@@ -294,12 +301,17 @@ impl OwnedItem {
                 owner,
                 lease_ms,
                 terms,
+                deadline,
+                node,
             } => SnapshotItem::Waiter {
                 terms: *terms,
                 name,
                 wait: *wait,
                 owner: owner.as_deref(),
                 lease_ms: *lease_ms,
+                deadline: deadline.map(Millis),
+                // Only a waiter with a deadline names its node.
+                node: if deadline.is_some() { *node } else { 0 },
             },
             OwnedItem::Fence { key, token, value } => SnapshotItem::Fence {
                 key,
@@ -370,14 +382,20 @@ pub(crate) fn arb_item() -> impl Strategy<Value = OwnedItem> {
             arb_wait(),
             proptest::option::of(arb_vec()),
             any::<u64>(),
-            arb_terms()
+            arb_terms(),
+            proptest::option::of(any::<u64>()),
+            any::<u64>()
         )
-            .prop_map(|(name, wait, owner, lease_ms, terms)| OwnedItem::Waiter {
-                name,
-                wait,
-                owner,
-                lease_ms,
-                terms
+            .prop_map(|(name, wait, owner, lease_ms, terms, deadline, node)| {
+                OwnedItem::Waiter {
+                    name,
+                    wait,
+                    owner,
+                    lease_ms,
+                    terms,
+                    deadline,
+                    node: if deadline.is_some() { node } else { 0 },
+                }
             }),
         (arb_vec(), any::<u64>()).prop_map(|(name, until)| OwnedItem::Delay(name, until)),
         (
@@ -767,8 +785,12 @@ fn decode_errors_v2() {
     p.push(7);
     assert_eq!(v2(&p), Err(DecodeError::BadFlag(7)));
     let mut p = acquire.clone();
-    p.extend_from_slice(&[0, 2]);
-    assert_eq!(v2(&p), Err(DecodeError::BadFlag(2)));
+    p.extend_from_slice(&[0, 3]);
+    assert_eq!(v2(&p), Err(DecodeError::BadWait(3)));
+    // A wait of 2 (in ms) needs its length.
+    let mut p = acquire.clone();
+    p.extend_from_slice(&[0, 2, 1]);
+    assert_eq!(v2(&p), Err(DecodeError::Truncated));
     let mut p = acquire.clone();
     p.extend_from_slice(&[0, 1]);
     assert_eq!(
@@ -781,7 +803,7 @@ fn decode_errors_v2() {
                 name: Bytes::from_static(b"n"),
                 lease_ms: 1000,
                 owner: None,
-                wait: true
+                wait: true.into()
             }]
         }))
     );
@@ -1017,7 +1039,7 @@ fn known_layout_v2() {
                 name: Bytes::from_static(b"n"),
                 lease_ms: 1000,
                 owner: Some(Bytes::from_static(b"o")),
-                wait: true,
+                wait: true.into(),
             },
         ],
     };
@@ -1120,6 +1142,7 @@ fn known_layout_v2() {
             [&[8u8][..], &le32(1), &n, &le64(8)].concat(),
         ),
         (Op::Rearm { extra_ms: 6 }, [&[9u8][..], &le64(6)].concat()),
+        (Op::DropWaits { node: 4 }, [&[24u8][..], &le64(4)].concat()),
         (
             Op::Forget {
                 names: vec![name(), name()],
@@ -1208,8 +1231,41 @@ fn known_layout_v2() {
                 },
                 owner: None,
                 lease_ms: 500,
+                deadline: None,
+                node: 0,
             },
             [&[36u8][..], &n, &le64(9), &le32(2), &[0], &le64(500)].concat(),
+        ),
+        (
+            OwnedItem::Waiter {
+                terms: Default::default(),
+                name: b"n".to_vec(),
+                wait: WaitId {
+                    position: 9,
+                    index: 2,
+                },
+                owner: None,
+                lease_ms: 500,
+                deadline: Some(1234),
+                node: 3,
+            },
+            // Tag 42: the terms are always there (plain: exclusive, no session, no delay),
+            // then the deadline.
+            [
+                &[42u8][..],
+                &n,
+                &le64(9),
+                &le32(2),
+                &[0],
+                &le64(500),
+                &[0],
+                &le32(0),
+                &[0],
+                &le64(0),
+                &le64(1234),
+                &le64(3),
+            ]
+            .concat(),
         ),
         (
             OwnedItem::Fence {

@@ -7,6 +7,11 @@
 //! replicating to it), so it learns its removal here: from its own membership, or from a
 //! member that knows a newer membership without it. It then answers every command with an
 //! error that says so (see [`Removal`]). Every change of membership is logged on every node.
+//!
+//! The waits a node's connections queued must not outlive it: the leader proposes
+//! `Op::DropWaits` for a member the moment it counts as down, and a node that starts proposes
+//! it for itself once it hears a leader (its earlier run's connections are gone). A live
+//! connection whose wait was dropped this way queues again with the time it has left.
 
 use futures_util::future::join_all;
 
@@ -121,6 +126,8 @@ impl Node {
 /// as long as the node runs.
 pub(super) async fn watch_members(node: Arc<Node>) {
     let mut logged: Option<(Option<u64>, Vec<NodeId>)> = None;
+    let mut down = BTreeSet::new();
+    let mut own_waits_dropped = false;
     loop {
         tokio::time::sleep(PROBE_EVERY).await;
         if node.raft.metrics().borrow_watched().state == ServerState::Shutdown {
@@ -134,6 +141,39 @@ pub(super) async fn watch_members(node: Arc<Node>) {
         addrs.remove(&node.me.node);
         let answers = join_all(addrs.iter().map(|(id, addr)| node.probe(*id, addr))).await;
         node.set_removal(removal(node.me.node, &mine, answers.into_iter().flatten()));
+        if !own_waits_dropped
+            && node
+                .raft
+                .metrics()
+                .borrow_watched()
+                .current_leader
+                .is_some()
+        {
+            own_waits_dropped = true;
+            drop(node.propose(vec![Op::DropWaits { node: node.me.node }]));
+        }
+        drop_waits_of_the_down(&node, &mine.members, &mut down);
+    }
+}
+
+/// On the leader in office: ends the waits of each member that has just gone down.
+fn drop_waits_of_the_down(node: &Arc<Node>, members: &[NodeId], down: &mut BTreeSet<NodeId>) {
+    let leads = node.in_office.load(std::sync::atomic::Ordering::Acquire);
+    for &id in members {
+        if id == node.me.node || node.member_up(id) {
+            down.remove(&id);
+            continue;
+        }
+        // Down since the last look: only a leader's proposal ends the waits; any other node
+        // just notes it, so it does not propose again when it becomes the leader later (a new
+        // leader's re-arm ends every wait anyway).
+        if down.insert(id) && leads {
+            info!(
+                node = node.me.node,
+                "node {id} does not answer: the waits of its connections end"
+            );
+            drop(node.propose(vec![Op::DropWaits { node: id }]));
+        }
     }
 }
 

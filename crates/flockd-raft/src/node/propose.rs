@@ -10,7 +10,11 @@ impl Node {
         Duration::from_millis(self.settings.wait_leader_ms)
     }
 
-    pub(super) fn propose(self: &Arc<Self>, ops: Vec<Op>) -> oneshot::Receiver<ProposalResult> {
+    pub(super) fn propose(self: &Arc<Self>, mut ops: Vec<Op>) -> oneshot::Receiver<ProposalResult> {
+        // A wait queued from here ends with this node (Op::DropWaits), should it die.
+        for op in &mut ops {
+            op.set_waiting_node(self.me.node);
+        }
         let deadline = Instant::now() + self.wait_leader();
         let (seq, outcome) = self.pending.register(deadline);
         tokio::spawn(self.clone().submit(seq, ops, deadline));
