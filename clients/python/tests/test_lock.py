@@ -270,3 +270,16 @@ def test_a_late_grant_whose_lease_ran_out_before_the_renewal_is_not_acquired(flo
         assert r.execute_command("FLOCK.TTL", "late") == -2
     finally:
         timer.cancel()
+
+
+def test_the_readme_example_runs_as_written(flockd_port):
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    source = readme.split("```python\n", 1)[1].split("```\n", 1)[0]
+    env = dict(os.environ, FLOCKD_URL=f"redis://127.0.0.1:{flockd_port}")
+    run = subprocess.run([sys.executable, "-c", source], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    shown = readme.split(source + "```\n", 1)[1].split("```\n", 2)[1]
+    assert run.stdout == shown, run.stdout
+    r = redis.Redis(port=flockd_port, socket_timeout=10)
+    assert r.execute_command("FENCE.GET", "order:1042:state") == b"shipped"
