@@ -133,6 +133,11 @@ func acquireArgs(name string, o Options, wait time.Duration) ([]interface{}, err
 //
 // An error after the request was sent (a dropped connection, -CLUSTERDOWN) leaves its outcome
 // unknown: with an Owner, FLOCK.STATUS tells whether you hold it; otherwise its lease ends it.
+//
+// A grant that followed a wait and came back later than a third of the lease after the acquire
+// was sent is renewed at once, before Acquire returns (the server may have applied it any time
+// before its reply), and counts from that renewal's send; refused (-NOTOWNER), the lease ran
+// out before the reply and Acquire returns nil, nil.
 func (c *Client) Acquire(ctx context.Context, name string, opts Options) (*Lock, error) {
 	wait := opts.Wait
 	if deadline, ok := ctx.Deadline(); ok && wait > 0 {
@@ -189,7 +194,25 @@ func (c *Client) Acquire(ctx context.Context, name string, opts Options) (*Lock,
 		conn.Close()
 		return nil, fmt.Errorf("flockd: FLOCK.ACQUIRE %q replied %v", name, reply)
 	}
-	return startLock(ctx, c, name, token, opts, sent, conn, node), nil
+	l := newLock(ctx, c, name, token, opts, sent, conn, node)
+	if wait > 0 && time.Since(sent) > l.lease/3 {
+		// Granted after a wait: the server may have applied the grant any time before its
+		// reply, so the lease may be shorter than counted from the send. Renew now, on the
+		// lock's connection, and count from this renewal's send; refused, the lease ran out
+		// before the reply, and the lock was not granted.
+		renewed, err := l.renewAtOnce()
+		if err != nil || !renewed {
+			l.discard()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("flockd: FLOCK.ACQUIRE %q: the renewal after the wait: %w", name, err)
+		}
+		if !renewed {
+			return nil, nil
+		}
+	}
+	l.start(opts.NoEvents)
+	return l, nil
 }
 
 // releaseAbandoned gives back a grant nobody will use, on a connection of its own (one try: if

@@ -49,7 +49,8 @@ type Lock struct {
 	cancel   context.CancelFunc
 }
 
-func startLock(acquireCtx context.Context, c *Client, name string, token int64, opts Options,
+// newLock is a granted lock, not yet renewing (start does that).
+func newLock(acquireCtx context.Context, c *Client, name string, token int64, opts Options,
 	sent time.Time, conn redis.Conn, node int) *Lock {
 	lease := opts.lease()
 	l := &Lock{
@@ -66,14 +67,60 @@ func startLock(acquireCtx context.Context, c *Client, name string, token int64, 
 		quit:       make(chan struct{}),
 	}
 	l.ctx, l.cancel = context.WithCancel(detached{acquireCtx})
-	if !opts.NoEvents {
+	return l
+}
+
+// start subscribes (unless noEvents) and starts renewing, counting from the send of the
+// request behind the lock's validity.
+func (l *Lock) start(noEvents bool) {
+	if !noEvents {
 		// Subscribed before Acquire returns, so no event after that is missed.
 		if ps, err := l.subscribe(); err == nil {
 			go l.listen(ps)
 		}
 	}
-	go l.keep(sent)
-	return l
+	l.mu.Lock()
+	renewedAt := l.validUntil.Add(-l.lease)
+	l.mu.Unlock()
+	go l.keep(renewedAt)
+}
+
+// renewAtOnce is the renewal right after a grant that followed a wait, before the lock is
+// handed over: the server may have applied the grant any time before its reply. true when
+// renewed (the validity now counts from its send), false on -NOTOWNER (the lease ran out
+// before the reply); another failure is returned.
+func (l *Lock) renewAtOnce() (bool, error) {
+	if testHookBeforeRenewAtOnce != nil {
+		testHookBeforeRenewAtOnce()
+	}
+	// The server's lease, however it started, ends before now plus the lease.
+	until := time.Now().Add(l.lease - l.margin)
+	reply, sent, err := l.do(nil, until, "FLOCK.RENEW", l.Name, l.Token, l.lease.Milliseconds())
+	var refused redis.Error
+	if errors.As(err, &refused) && strings.HasPrefix(string(refused), "NOTOWNER") {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if n, _ := redis.Int64(reply, nil); n != 1 {
+		return false, fmt.Errorf("FLOCK.RENEW replied %v", reply)
+	}
+	l.mu.Lock()
+	l.validUntil = sent.Add(l.lease)
+	l.mu.Unlock()
+	return true, nil
+}
+
+// discard closes the connection of a lock never handed over.
+func (l *Lock) discard() {
+	l.connMu.Lock()
+	if l.conn != nil {
+		l.conn.Close()
+		l.conn = nil
+	}
+	l.connMu.Unlock()
+	l.cancel()
 }
 
 // safetyMargin is how long before the lease's end the lock counts as lost: a tenth of the
@@ -498,3 +545,7 @@ func endsHolding(data []byte, token int64) (Reason, bool) {
 	}
 	return 0, false
 }
+
+// testHookBeforeRenewAtOnce, when set (by tests only), runs just before the renewal that
+// follows a grant after a wait.
+var testHookBeforeRenewAtOnce func()

@@ -499,3 +499,73 @@ func TestTheReadmeExampleRuns(t *testing.T) {
 		t.Fatalf("FENCE.GET res:orders:42 = %q", v)
 	}
 }
+
+// Issue 35: validity was counted from the blocking acquire's send, so a grant after a wait
+// longer than the lease was reported lost at once. Now such a grant is renewed before Acquire
+// returns, and counts from that renewal's send.
+func TestALockGrantedAfterAWaitLongerThanItsLeaseIsKept(t *testing.T) {
+	s := startFlockd(t)
+	admin := s.conn(t)
+	holder, err := redis.Int64(admin.Do("FLOCK.ACQUIRE", "waited", 20000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	releaser := s.conn(t)
+	timer := time.AfterFunc(3*time.Second, func() { releaser.Do("FLOCK.RELEASE", "waited", holder) })
+	defer timer.Stop()
+	started := time.Now()
+	lease := 1500 * time.Millisecond
+	lock := acquire(t, newClient(t, s), "waited", Options{Lease: lease, Wait: 6 * time.Second})
+	if waited := time.Since(started); waited <= lease {
+		t.Fatalf("granted after %v, not after a wait longer than the lease", waited)
+	}
+	if err := lock.Err(); err != nil {
+		t.Fatalf("reported lost at grant: %v", err)
+	}
+	select {
+	case <-lock.Lost():
+		t.Fatalf("reported lost: %v", lock.Err())
+	case <-time.After(2*lease/3 + 600*time.Millisecond): // two renewal periods and some slack
+	}
+	if err := lock.Err(); err != nil {
+		t.Fatalf("reported lost: %v", err)
+	}
+	if ttl, _ := redis.Int64(admin.Do("FLOCK.TTL", "waited")); ttl <= 0 {
+		t.Fatalf("FLOCK.TTL = %d, want it held", ttl)
+	}
+	st := status(t, admin, "waited")
+	if locked, _ := redis.Int64(st["locked"], nil); locked != 1 {
+		t.Fatalf("FLOCK.STATUS locked = %v", st["locked"])
+	}
+	if token, _ := redis.Int64(st["token"], nil); token != lock.Token {
+		t.Fatalf("FLOCK.STATUS token = %v, the lock's %d", st["token"], lock.Token)
+	}
+	if free, err := lock.Release(); err != nil || !free {
+		t.Fatalf("Release() = %v, %v", free, err)
+	}
+}
+
+// The holding is gone when the renewal after a long wait arrives (here: removed just before
+// it is sent, as if the lease ran out between the grant and its reply): not granted, never a
+// lock that is lost already.
+func TestALateGrantWhoseLeaseRanOutBeforeTheRenewalIsNotGranted(t *testing.T) {
+	s := startFlockd(t)
+	admin := s.conn(t)
+	holder, err := redis.Int64(admin.Do("FLOCK.ACQUIRE", "late", 20000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	releaser := s.conn(t)
+	timer := time.AfterFunc(time.Second, func() { releaser.Do("FLOCK.RELEASE", "late", holder) })
+	defer timer.Stop()
+	testHookBeforeRenewAtOnce = func() { admin.Do("FLOCK.FORCERELEASE", "late") }
+	defer func() { testHookBeforeRenewAtOnce = nil }()
+	lock, err := newClient(t, s).Acquire(context.Background(), "late",
+		Options{Lease: 600 * time.Millisecond, Wait: 5 * time.Second})
+	if lock != nil || err != nil {
+		t.Fatalf("Acquire() = %v, %v; want nil, nil", lock, err)
+	}
+	if ttl, _ := redis.Int64(admin.Do("FLOCK.TTL", "late")); ttl != -2 {
+		t.Fatalf("FLOCK.TTL = %d, want -2", ttl)
+	}
+}

@@ -11,7 +11,11 @@ import (
 )
 
 func main() {
-	client, err := flockd.NewClient([]string{os.Getenv("FLOCKD_URL")}) // redis://127.0.0.1:6390
+	url := os.Getenv("FLOCKD_URL")
+	if url == "" {
+		url = "redis://127.0.0.1:6390" // flockd's default address
+	}
+	client, err := flockd.NewClient([]string{url})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 const { FlockdClient } = require('flockd-client');
 
 async function main() {
-  const client = new FlockdClient([process.env.FLOCKD_URL]); // redis://127.0.0.1:6390
+  // FLOCKD_URL, else flockd's default address
+  const client = new FlockdClient([process.env.FLOCKD_URL || 'redis://127.0.0.1:6390']);
   const lock = await client.acquire('orders:42', { leaseMs: 10000, waitMs: 5000 });
   if (lock === null) {
     console.error('busy: not granted within 5 s');

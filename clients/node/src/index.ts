@@ -172,6 +172,11 @@ export class FlockdClient {
    *
    * An error after the request was sent (a dropped connection, -CLUSTERDOWN) leaves its outcome
    * unknown: with an owner, FLOCK.STATUS tells whether you hold it; otherwise its lease ends it.
+   *
+   * A grant that followed a wait and came back later than a third of the lease after the acquire
+   * was sent is renewed at once, before this resolves (the server may have applied it any time
+   * before its reply), and counts from that renewal's send; refused (-NOTOWNER), the lease ran
+   * out before the reply and this resolves to null.
    */
   async acquire(name: string, options: AcquireOptions = {}): Promise<Lock | null> {
     const leaseMs = options.leaseMs ?? 30000;
@@ -204,6 +209,23 @@ export class FlockdClient {
       throw new Error(`flockd: FLOCK.ACQUIRE ${name} replied ${String(reply)}`);
     }
     const lock = new Lock(this, name, token, leaseMs, options, sent, conn);
+    if (waitMs > 0 && Date.now() - sent > leaseMs / 3) {
+      // Granted after a wait: the server may have applied the grant any time before its reply,
+      // so the lease may be shorter than counted from the send. Renew now, on the lock's
+      // connection, and count from this renewal's send; refused, the lease ran out before the
+      // reply, and the lock was not granted.
+      let renewed: boolean;
+      try {
+        renewed = await lock.renewAtOnce();
+      } catch (e) {
+        lock.discard();
+        throw new Error(`flockd: FLOCK.ACQUIRE ${name}: the renewal after the wait: ${errorMessage(e)}`, { cause: e });
+      }
+      if (!renewed) {
+        lock.discard();
+        return null;
+      }
+    }
     this.locks.add(lock);
     await lock.start(!options.noEvents);
     return lock;
@@ -383,6 +405,33 @@ export class Lock extends EventEmitter {
     }
     this.scheduleRenewal(this.validUntil - this.leaseMs);
     this.scheduleDeadline();
+  }
+
+  /**
+   * @internal The renewal right after a grant that followed a wait (before the lock is handed
+   * over): true when renewed (validity now counts from its send), false on -NOTOWNER; other
+   * errors are thrown.
+   */
+  async renewAtOnce(): Promise<boolean> {
+    // The server's lease, however it started, ends before now + the lease.
+    const until = Date.now() + this.leaseMs - this.marginMs;
+    let result: { reply: unknown; sent: number };
+    try {
+      result = await this.send(undefined, until, "FLOCK.RENEW", [this.name, String(this.token), String(this.leaseMs)]);
+    } catch (e) {
+      if (isReplyError(e) && errorMessage(e).startsWith("NOTOWNER")) return false;
+      throw e;
+    }
+    if (String(result.reply) !== "1") throw new Error(`flockd: FLOCK.RENEW replied ${String(result.reply)}`);
+    this.validUntil = result.sent + this.leaseMs;
+    return true;
+  }
+
+  /** @internal A lock never handed over: nothing more is sent, its connection is closed. */
+  discard(): void {
+    this.stopped = true;
+    this.conn?.redis.disconnect();
+    this.conn = undefined;
   }
 
   /** The LostError if the lock is lost, else undefined. Checks the clock too: after this process

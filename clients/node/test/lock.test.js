@@ -91,6 +91,52 @@ test('a second client waits and gets a higher token', async (t) => {
   await lock.release();
 });
 
+// Issue 35: validity was counted from the blocking acquire's send, so a grant after a wait longer
+// than the lease was reported lost at once. Now such a grant is renewed before acquire resolves.
+test('a lock granted after a wait longer than its lease is kept', async (t) => {
+  const s = await startFlockd(t);
+  const admin = conn(t, s);
+  const holder = await admin.call('FLOCK.ACQUIRE', 'waited', '20000');
+  const releaser = setTimeout(() => void admin.call('FLOCK.RELEASE', 'waited', holder).catch(() => {}), 3000);
+  t.after(() => clearTimeout(releaser));
+  const started = Date.now();
+  const lock = await acquire(newClient(t, s), 'waited', { leaseMs: 1500, waitMs: 6000 });
+  assert.ok(Date.now() - started > 1500, 'it did not wait longer than its lease');
+  let lostWhy;
+  lock.on('lost', (e) => { lostWhy = e; });
+  assert.equal(lock.isLost(), false, `reported lost at grant: ${lock.error?.message}`);
+  await sleep(2 * 500 + 600); // two renewal periods and some slack
+  assert.equal(lostWhy, undefined, `reported lost: ${lostWhy?.message}`);
+  assert.equal(lock.isLost(), false);
+  assert.ok(Number(await admin.call('FLOCK.TTL', 'waited')) > 0);
+  const st = await status(admin, 'waited');
+  assert.equal(String(st.locked), '1');
+  assert.equal(String(st.token), String(lock.token));
+  assert.equal(await lock.release(), true);
+});
+
+// The holding is gone when the renewal after a long wait arrives (here: removed just before it
+// is sent, as if the lease ran out between the grant and its reply): not granted, never a lock
+// that is lost already.
+test('a late grant whose lease ran out before the renewal is not granted', async (t) => {
+  const s = await startFlockd(t);
+  const admin = conn(t, s);
+  const holder = await admin.call('FLOCK.ACQUIRE', 'late', '20000');
+  const releaser = setTimeout(() => void admin.call('FLOCK.RELEASE', 'late', holder).catch(() => {}), 1000);
+  t.after(() => clearTimeout(releaser));
+  const call = Redis.prototype.call;
+  Redis.prototype.call = async function (cmd, ...args) {
+    if (cmd === 'FLOCK.RENEW' && this !== admin) await admin.call('FLOCK.FORCERELEASE', 'late');
+    return call.call(this, cmd, ...args);
+  };
+  try {
+    assert.equal(await newClient(t, s).acquire('late', { leaseMs: 600, waitMs: 5000 }), null);
+  } finally {
+    Redis.prototype.call = call;
+  }
+  assert.equal(Number(await admin.call('FLOCK.TTL', 'late')), -2);
+});
+
 test('a renewal keeps a 1 s lease alive for 5 s', async (t) => {
   const s = await startFlockd(t);
   const admin = conn(t, s);

@@ -176,3 +176,110 @@ def test_the_asyncio_variant(flockd_port):
         await client.aclose()
 
     asyncio.run(main())
+
+
+def _release_later(port, name, token, delay):
+    """The holder gives the lock back after `delay` seconds, from a thread of its own."""
+    import threading
+
+    def release():
+        redis.Redis(port=port, socket_timeout=10).execute_command("FLOCK.RELEASE", name, token)
+
+    timer = threading.Timer(delay, release)
+    timer.start()
+    return timer
+
+
+def status_of(r, name):
+    reply = r.execute_command("FLOCK.STATUS", name)
+    if isinstance(reply, dict):
+        return {k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}
+    return {reply[i].decode(): reply[i + 1] for i in range(0, len(reply), 2)}
+
+
+def test_a_lock_granted_after_a_wait_longer_than_its_lease_is_kept(flockd_port):
+    # Issue 35: validity was counted from the blocking acquire's send, so a grant after a wait
+    # longer than the lease was reported lost at once. The client now renews at once after
+    # such a grant and counts from that renewal's send.
+    client = Client(port=flockd_port)
+    r = client.redis
+    holder = r.execute_command("FLOCK.ACQUIRE", "waited", 20000)
+    timer = _release_later(flockd_port, "waited", holder, 3.0)
+    try:
+        lock = client.lock("waited", lease=1.5, wait=6)
+        started = time.monotonic()
+        assert lock.acquire()
+        assert time.monotonic() - started > 1.5  # it waited longer than its lease
+        assert lock.token > holder
+        assert not lock.is_lost(), lock.lost_reason
+        time.sleep(2 * 1.5 / 3 + 0.6)  # two renewal periods and some slack
+        assert not lock.is_lost(), lock.lost_reason
+        assert r.execute_command("FLOCK.TTL", "waited") > 0
+        status = status_of(r, "waited")
+        assert status["locked"] == 1 and status["token"] == lock.token
+        assert lock.release() is True
+    finally:
+        timer.cancel()
+
+
+def test_the_asyncio_variant_keeps_a_lock_granted_after_a_long_wait(flockd_port):
+    r = redis.Redis(port=flockd_port, socket_timeout=10)
+    holder = r.execute_command("FLOCK.ACQUIRE", "awaited", 20000)
+    timer = _release_later(flockd_port, "awaited", holder, 3.0)
+
+    async def main():
+        client = AsyncClient(port=flockd_port)
+        lock = client.lock("awaited", lease=1.5, wait=6)
+        started = time.monotonic()
+        assert await lock.acquire()
+        assert time.monotonic() - started > 1.5
+        assert not lock.is_lost(), lock.lost_reason
+        await asyncio.sleep(2 * 1.5 / 3 + 0.6)
+        assert not lock.is_lost(), lock.lost_reason
+        assert r.execute_command("FLOCK.TTL", "awaited") > 0
+        assert status_of(r, "awaited")["token"] == lock.token
+        assert await lock.release() is True
+        await client.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        timer.cancel()
+
+
+def test_a_late_grant_whose_lease_ran_out_before_the_renewal_is_not_acquired(flockd_port):
+    # The holding is gone by the time the renewal after a long wait arrives (here: removed
+    # just before it is sent, as if the lease ran out between grant and reply): the acquire
+    # says "not granted", never hands over a lock that is already lost.
+    client = Client(port=flockd_port)
+    r = redis.Redis(port=flockd_port, socket_timeout=10)
+    holder = r.execute_command("FLOCK.ACQUIRE", "late", 20000)
+    timer = _release_later(flockd_port, "late", holder, 1.0)
+    send = client.redis.execute_command
+
+    def expire_first(*args):
+        if args[0] == "FLOCK.RENEW":
+            r.execute_command("FLOCK.FORCERELEASE", "late")
+        return send(*args)
+
+    client.redis.execute_command = expire_first
+    try:
+        with pytest.raises(LockNotAcquired):
+            with client.lock("late", lease=0.6, wait=5):
+                pass
+        assert r.execute_command("FLOCK.TTL", "late") == -2
+    finally:
+        timer.cancel()
+
+
+def test_the_readme_example_runs_as_written(flockd_port):
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    source = readme.split("```python\n", 1)[1].split("```\n", 1)[0]
+    env = dict(os.environ, FLOCKD_URL=f"redis://127.0.0.1:{flockd_port}")
+    run = subprocess.run([sys.executable, "-c", source], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    shown = readme.split(source + "```\n", 1)[1].split("```\n", 2)[1]
+    assert run.stdout == shown, run.stdout
+    r = redis.Redis(port=flockd_port, socket_timeout=10)
+    assert r.execute_command("FENCE.GET", "order:1042:state") == b"shipped"

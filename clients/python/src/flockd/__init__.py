@@ -3,7 +3,10 @@ that is set when the lock is lost.
 
 The lock's validity is counted from when each request was *sent* (time.monotonic), so a slow
 network or a paused process counts against it: `is_lost()` checks the clock itself, and
-`fence_set` refuses to send once the lock is known to be lost.
+`fence_set` refuses to send once the lock is known to be lost. A grant that followed a wait
+may have been applied any time before its reply: when the reply came later than a third of the
+lease, the lock is renewed at once, before `acquire` returns, and counts from that renewal's
+send (refused with -NOTOWNER, the acquire was not granted).
 """
 
 import threading
@@ -51,6 +54,18 @@ def acquire_args(name, lease, wait, owner, shared, limit, session):
     if session:
         args.append("SESSION")
     return args
+
+
+def renews_at_once(wait, lease, sent, replied):
+    """Whether a grant must be renewed before it is handed over: it followed a WAIT, so the
+    server may have applied it any time before its reply, and the reply came later than a
+    third of the lease after the acquire was sent (the first renewal would be due already)."""
+    return bool(wait) and replied - sent > lease / 3.0
+
+
+def is_notowner(error):
+    """A -NOTOWNER reply: the holding is gone."""
+    return str(error).startswith("NOTOWNER")
 
 
 def ends_holding(message, token):
@@ -170,8 +185,7 @@ class Lock(LockBase):
             if conn is not self.client.redis:
                 conn.close()
             return False
-        self.token = int(token)
-        self._valid_until = sent + self.lease
+        token = int(token)
         # A SESSION holding lives as long as the connection that took it.
         if self._session:
             self._conn = conn
@@ -179,6 +193,24 @@ class Lock(LockBase):
             if conn is not self.client.redis:
                 conn.close()
             self._conn = self.client.redis
+        if renews_at_once(self.wait, self.lease, sent, time.monotonic()):
+            # Granted after a wait: the lease may have started any time before the reply, so
+            # renew now, on the renewals' connection, and count from this renewal's send.
+            sent = time.monotonic()
+            try:
+                renewed = self._conn.execute_command(
+                    "FLOCK.RENEW", self.name, token, max(1, int(self.lease * 1000)))
+                if renewed != 1:
+                    raise redis.ResponseError(f"FLOCK.RENEW replied {renewed!r}")
+            except BaseException as e:
+                if self._session:
+                    self._conn.close()  # which ends a SESSION holding, if it is still there
+                self._conn = None
+                if isinstance(e, redis.ResponseError) and is_notowner(e):
+                    return False  # the lease ran out before the reply: not acquired
+                raise
+        self.token = token
+        self._valid_until = sent + self.lease
         self._watch_events()
         # The threads hold the lock weakly: a lock dropped without release stops renewing,
         # and its finalizer gives it back.

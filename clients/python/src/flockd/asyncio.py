@@ -9,7 +9,8 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 
-from . import ClientBase, LockBase, LockLost, LockNotAcquired, _margin, ends_holding
+from . import (ClientBase, LockBase, LockLost, LockNotAcquired, _margin, ends_holding, is_notowner,
+               renews_at_once)
 
 __all__ = ["AsyncClient", "AsyncLock"]
 
@@ -42,14 +43,31 @@ class AsyncLock(LockBase):
             if own:
                 await conn.aclose()
             return False
-        self.token = int(token)
-        self._valid_until = sent + self.lease
+        token = int(token)
         if self._session:
             self._conn = conn
         else:
             if own:
                 await conn.aclose()
             self._conn = self.client.redis
+        if renews_at_once(self.wait, self.lease, sent, time.monotonic()):
+            # Granted after a wait: the lease may have started any time before the reply, so
+            # renew now, on the renewals' connection, and count from this renewal's send.
+            sent = time.monotonic()
+            try:
+                renewed = await self._conn.execute_command(
+                    "FLOCK.RENEW", self.name, token, max(1, int(self.lease * 1000)))
+                if renewed != 1:
+                    raise redis.ResponseError(f"FLOCK.RENEW replied {renewed!r}")
+            except BaseException as e:
+                if self._session:
+                    await self._conn.aclose()  # which ends a SESSION holding, if still there
+                self._conn = None
+                if isinstance(e, redis.ResponseError) and is_notowner(e):
+                    return False  # the lease ran out before the reply: not acquired
+                raise
+        self.token = token
+        self._valid_until = sent + self.lease
         try:
             self._pubsub = self.client.redis.pubsub(ignore_subscribe_messages=True)
             await self._pubsub.subscribe(f"__flock__:{self.name}")

@@ -35,7 +35,11 @@ import java.util.concurrent.locks.Lock;
  * was refused, or no renewal succeeded for the lease minus a margin (a tenth of the lease, at
  * most 2 s). Validity is counted from when each request was <em>sent</em>, so a slow network or a
  * paused process counts against it. A renewal that fails for the network is tried again, on the
- * next node of a cluster, until that deadline: a leader change does not lose the lock.
+ * next node of a cluster, until that deadline: a leader change does not lose the lock. A grant
+ * that followed a {@code WAIT} may have been applied any time before its reply: when the reply
+ * came later than a third of the lease after the acquire was sent, the lock is renewed at once,
+ * before the acquire returns, and counts from that renewal's send ({@code -NOTOWNER} there: not
+ * granted, as when the wait runs out; {@code lock()} waits on).
  *
  * <p><b>Blocking acquires</b> ({@code WAIT}) use a connection of their own, with a read timeout
  * longer than the wait, and are never sent twice. If one fails after it was sent (connection
@@ -321,11 +325,26 @@ public final class FlockdFencedLock implements Lock {
         boolean granted = false;
         try {
             long start = System.nanoTime();
-            Grant grant;
-            if (waitMs == 0) {
-                grant = acquireNow(lease, owner);
-            } else {
-                grant = acquireWaiting(waitMs, start, lease, owner);
+            Grant grant = null;
+            for (int attempt = 0; attempt < 100_000 && grant == null; attempt++) {
+                grant = waitMs == 0 ? acquireNow(lease, owner) : acquireWaiting(waitMs, start, lease, owner);
+                if (grant == null) {
+                    return null;
+                }
+                if (grant.waited && System.nanoTime() - grant.sentNanos > TimeUnit.MILLISECONDS.toNanos(lease) / 3) {
+                    // Granted after a wait: the server may have applied the grant any time before
+                    // its reply, so the lease may be shorter than counted from the send. Renew now
+                    // and count from this renewal's send. Refused, the lease ran out before the
+                    // reply: not granted, as when the wait runs out (lock() waits on).
+                    Long renewedAt = renewAtOnce(grant.token, lease);
+                    if (renewedAt != null) {
+                        grant = new Grant(grant.token, renewedAt, true);
+                    } else if (waitMs >= 0) {
+                        return null;
+                    } else {
+                        grant = null;
+                    }
+                }
             }
             if (grant == null) {
                 return null;
@@ -348,13 +367,49 @@ public final class FlockdFencedLock implements Lock {
         }
     }
 
-    private record Grant(long token, long sentNanos) {}
+    /**
+     * A grant: its token, when the request behind its validity was sent, and whether that was an
+     * acquire with {@code WAIT} (whose grant may have been applied any time before its reply).
+     */
+    private record Grant(long token, long sentNanos, boolean waited) {}
+
+    /** Run just before the renewal that follows a grant after a wait (set by tests only). */
+    static volatile Runnable testHookBeforeRenewAtOnce;
+
+    /**
+     * The renewal right after a grant that followed a wait, on the watchdog's route, before the
+     * lock is handed over: when it was sent, or null on {@code -NOTOWNER} (the lease ran out
+     * before the reply). Other failures are thrown, as an acquire's are.
+     */
+    private Long renewAtOnce(long token, long leaseMs) {
+        Runnable hook = testHookBeforeRenewAtOnce;
+        if (hook != null) {
+            hook.run();
+        }
+        long leaseNanos = TimeUnit.MILLISECONDS.toNanos(leaseMs);
+        long marginNanos = Math.min(leaseNanos / 10, TimeUnit.SECONDS.toNanos(2));
+        long sent = System.nanoTime();
+        Object reply;
+        try {
+            // The server's lease, however it started, ends before now plus the lease.
+            reply = client.executeUntil(sent + leaseNanos - marginNanos, "FLOCK.RENEW", name, token, leaseMs);
+        } catch (FlockdException.Reply e) {
+            if ("NOTOWNER".equals(e.code())) {
+                return null;
+            }
+            throw e;
+        }
+        if (!Long.valueOf(1).equals(reply)) {
+            throw new FlockdException("FLOCK.RENEW of lock " + name + " after its grant replied " + reply);
+        }
+        return sent;
+    }
 
     /** FLOCK.ACQUIRE without WAIT: sent again after a failure, since the OWNER makes a repeat harmless. */
     private Grant acquireNow(long lease, String owner) {
         long sent = System.nanoTime();
         Object token = client.execute("FLOCK.ACQUIRE", name, lease, "OWNER", owner);
-        return token == null ? null : new Grant((Long) token, sent);
+        return token == null ? null : new Grant((Long) token, sent, false);
     }
 
     private Grant acquireWaiting(long waitMs, long start, long lease, String owner) throws InterruptedException {
@@ -391,7 +446,7 @@ public final class FlockdFencedLock implements Lock {
                 Object token = conn.call("FLOCK.ACQUIRE", name, lease, "WAIT", wait, "OWNER", owner);
                 conn.close();
                 if (token != null) {
-                    return new Grant((Long) token, sent);
+                    return new Grant((Long) token, sent, true);
                 }
                 if (waitMs > 0 && wait >= leftMs) {
                     return null;
@@ -438,7 +493,7 @@ public final class FlockdFencedLock implements Lock {
         Object holder = field(reply, "owner");
         Object token = field(reply, "token");
         if (owner.equals(Resp.text(holder)) && token instanceof Long t) {
-            return new Grant(t, sent);
+            return new Grant(t, sent, true);
         }
         return null;
     }

@@ -109,6 +109,105 @@ class FencedLockTest {
         assertTrue(System.nanoTime() - start >= TimeUnit.MILLISECONDS.toNanos(650));
     }
 
+    /** Why the lock was lost, for a failure's message (its future completes on a worker). */
+    static Object lostReason(FlockdFencedLock lock) {
+        try {
+            return lock.lostFuture().get(500, TimeUnit.MILLISECONDS);
+        } catch (Exception e) {
+            return "not lost yet (" + e + ")";
+        }
+    }
+
+    /** The holder (a raw connection, lease 20 s) gives the lock back after {@code delayMs}. */
+    Thread releaseLater(String name, long token, long delayMs) {
+        Thread t = new Thread(() -> {
+            try (Raw raw = new Raw(server.port)) {
+                Thread.sleep(delayMs);
+                raw.call("FLOCK.RELEASE", name, token);
+            } catch (Exception e) {
+                // the test's assertions tell
+            }
+        });
+        t.setDaemon(true);
+        t.start();
+        return t;
+    }
+
+    /**
+     * Issue 35: validity was counted from the blocking acquire's send, so a grant after a wait
+     * longer than the lease was reported lost at once. Now such a grant is renewed before it is
+     * handed over, and counts from that renewal's send.
+     */
+    @Test
+    void aLockGrantedAfterAWaitLongerThanItsLeaseIsKept() throws Exception {
+        FlockdClient c = client(FlockdClient.builder().lockWatchdogTimeout(Duration.ofMillis(1500)));
+        FlockdFencedLock lock = c.getFencedLock("waited");
+        try (Raw raw = new Raw(server.port)) {
+            long holder = (Long) raw.call("FLOCK.ACQUIRE", "waited", 20_000);
+            Thread releaser = releaseLater("waited", holder, 3000);
+            long start = System.nanoTime();
+            Long token = lock.tryLockAndGetToken(6, TimeUnit.SECONDS);
+            long waitedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            releaser.join(10_000);
+            assertNotNull(token, "granted when the holder released");
+            assertTrue(waitedMs > 1500, "it waited longer than its lease: " + waitedMs + " ms");
+            assertTrue(lock.isHeldByCurrentThread(), () -> "reported lost at grant: " + lostReason(lock));
+            Thread.sleep(2 * 1500 / 3 + 600); // two renewal periods and some slack
+            assertFalse(lock.lostFuture().isDone(), "reported lost: " + lock.lostFuture().getNow(null));
+            assertTrue(lock.isHeldByCurrentThread());
+            assertTrue((Long) raw.call("FLOCK.TTL", "waited") > 0);
+            List<?> st = status(raw, "waited");
+            assertEquals(1L, field(st, "locked"));
+            assertEquals(token, field(st, "token"));
+            lock.unlock();
+            assertEquals(-2L, raw.call("FLOCK.TTL", "waited"), "released");
+        }
+    }
+
+    /** The same with a lease time of its own (no watchdog): not lost at grant either. */
+    @Test
+    void aLockWithALeaseTimeGrantedAfterALongerWaitIsNotLostAtGrant() throws Exception {
+        FlockdFencedLock lock = client().getFencedLock("waited-lease");
+        try (Raw raw = new Raw(server.port)) {
+            long holder = (Long) raw.call("FLOCK.ACQUIRE", "waited-lease", 20_000);
+            Thread releaser = releaseLater("waited-lease", holder, 3000);
+            Long token = lock.tryLockAndGetToken(6000, 1500, TimeUnit.MILLISECONDS);
+            releaser.join(10_000);
+            assertNotNull(token);
+            assertTrue(lock.isHeldByCurrentThread(), () -> "reported lost at grant: " + lostReason(lock));
+            assertEquals(token, field(status(raw, "waited-lease"), "token"));
+            lock.unlock();
+        }
+    }
+
+    /**
+     * The holding is gone when the renewal after a long wait arrives (here: removed just before
+     * it is sent, as if the lease ran out between the grant and its reply): not granted (null),
+     * never a lock that is lost already.
+     */
+    @Test
+    void aLateGrantWhoseLeaseRanOutBeforeTheRenewalIsNotGranted() throws Exception {
+        FlockdClient c = client(FlockdClient.builder().lockWatchdogTimeout(Duration.ofMillis(600)));
+        try (Raw raw = new Raw(server.port); Raw admin = new Raw(server.port)) {
+            long holder = (Long) raw.call("FLOCK.ACQUIRE", "late", 20_000);
+            Thread releaser = releaseLater("late", holder, 1000);
+            FlockdFencedLock.testHookBeforeRenewAtOnce = () -> {
+                try {
+                    admin.call("FLOCK.FORCERELEASE", "late");
+                } catch (java.io.IOException e) {
+                    throw new RuntimeException(e);
+                }
+            };
+            try {
+                assertNull(c.getFencedLock("late").tryLockAndGetToken(5, TimeUnit.SECONDS));
+            } finally {
+                FlockdFencedLock.testHookBeforeRenewAtOnce = null;
+            }
+            releaser.join(10_000);
+            assertEquals(-2L, raw.call("FLOCK.TTL", "late"));
+        }
+    }
+
     @Test
     void aBlockingAcquireLongerThanTheCommandTimeoutIsSentOnce() throws Exception {
         FlockdClient c = client(FlockdClient.builder().commandTimeout(Duration.ofMillis(500)));
