@@ -13,8 +13,6 @@ mod services;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use config::{Cli, Tool};
 
 /// jemalloc: its statistics are counters, cheap to read for INFO and the metrics (see
@@ -23,7 +21,7 @@ use config::{Cli, Tool};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_with_defaults();
     if let Some(Tool::CheckAof { fix, file }) = &cli.command {
         return check_aof::run(file, *fix);
     }
@@ -49,6 +47,10 @@ fn main() -> ExitCode {
     if let Err(e) = logging::init(&config) {
         eprintln!("flockd: {e}");
         return ExitCode::from(2);
+    }
+    let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    for warning in config::env::unknown_variables(names) {
+        tracing::warn!("{warning}");
     }
     // jemalloc hands freed pages back to the system only on some later allocation, unless its
     // background thread does it: without it a server gone idle after a burst kept its peak

@@ -289,6 +289,19 @@ fn a_cluster_node_has_the_raft_series() {
     let on_leader = scrape(&cluster, leader);
     assert_eq!(sample(&on_leader, "flockd_raft_is_leader"), 1.0);
     assert!(sample(&on_leader, "flockd_raft_commit_index") >= 1.0);
+    // The Raft log's fsyncs: the Durability row's only series on a cluster (no AOF there).
+    for body in [&on_leader, &scrape(&cluster, follower)] {
+        assert!(
+            sample(body, "flockd_raft_log_fsync_duration_seconds_count") >= 1.0,
+            "{body}"
+        );
+        assert!(
+            sample(
+                body,
+                "flockd_raft_log_fsync_duration_seconds_bucket{le=\"+Inf\"}"
+            ) >= 1.0
+        );
+    }
 
     // A new leader after the old one is killed: the survivors count the change.
     let before = sample(
@@ -321,4 +334,43 @@ fn a_single_node_has_no_raft_series() {
     let body = get(server.metrics_addr(), "/metrics");
     assert!(!body.contains("flockd_raft_"), "{body}");
     assert!(sample(&body, "flockd_memory_used_bytes") > 0.0);
+}
+
+/// Prometheus only sees a counter's increase when the series existed before it: the error
+/// series are there, at zero, before the first error, and unknown commands count too.
+#[test]
+fn error_series_exist_from_the_start_and_count_unknown_commands() {
+    let server = TestServer::start(&["--metrics-port", "0"]);
+    let addr = server.metrics_addr();
+    let body = get(addr, "/metrics");
+    for series in [
+        "flockd_command_errors_total{command=\"flock.release\",error=\"NOTOWNER\"}",
+        "flockd_command_errors_total{command=\"flock.acquire\",error=\"ERR\"}",
+        "flockd_command_errors_total{command=\"flock.forcerelease\",error=\"NOPERM\"}",
+        "flockd_command_errors_total{command=\"unknown\",error=\"unknown\"}",
+    ] {
+        assert_eq!(sample(&body, series), 0.0, "{series}");
+    }
+    let mut raw = server.raw();
+    assert!(
+        raw.call(&["NOSUCHCMD", "x"])
+            .starts_with("-ERR unknown command")
+    );
+    assert!(
+        raw.call(&["FLOCK.NOPE"])
+            .starts_with("-ERR unknown command")
+    );
+    let body = get(addr, "/metrics");
+    assert_eq!(
+        sample(
+            &body,
+            "flockd_command_errors_total{command=\"unknown\",error=\"unknown\"}"
+        ),
+        2.0
+    );
+    // The name a client sent never becomes a label.
+    assert!(
+        !body.contains("nosuchcmd") && !body.contains("NOSUCHCMD"),
+        "{body}"
+    );
 }

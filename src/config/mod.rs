@@ -14,13 +14,14 @@
 //! GET, SET and REWRITE know it.
 
 pub mod change;
+pub mod env;
 pub mod keys;
 pub mod rewrite;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use flockd_aof::FsyncPolicy;
 use flockd_tls::{AuthClients, Protocol, TlsSettings};
 use serde::Deserialize;
@@ -221,6 +222,34 @@ pub struct Cli {
     pub bump_tokens: Option<u64>,
     #[command(flatten)]
     pub settings: Settings,
+}
+
+impl Cli {
+    /// The flags, with each key's default in its `--help` text. The settings are `Option`s so
+    /// that a flag's absence lets the file decide: clap's own `default_value` would override
+    /// the file, so the default is only shown, from the key table.
+    pub fn command_with_defaults() -> clap::Command {
+        let show = |arg: clap::Arg| {
+            let Some(key) = arg.get_long().and_then(keys::key) else {
+                return arg;
+            };
+            let default = match key.default {
+                Some("") | None => return arg,
+                Some(d) => d,
+            };
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            arg.help(format!("{help} [default: {default}]"))
+        };
+        Cli::command()
+            .mut_args(show)
+            .mut_subcommand("ping", |ping| ping.mut_args(show))
+    }
+
+    /// [`Cli::parse`], with the defaults in `--help`.
+    pub fn parse_with_defaults() -> Cli {
+        let mut matches = Cli::command_with_defaults().get_matches();
+        Cli::from_arg_matches_mut(&mut matches).unwrap_or_else(|e| e.exit())
+    }
 }
 
 #[derive(Debug, Subcommand)]

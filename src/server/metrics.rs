@@ -5,7 +5,9 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
-use flockd_metrics::{CommandFigures, HistogramData, MetricsSnapshot, MetricsSource, RaftFigures};
+use flockd_metrics::{
+    CommandErrors, CommandFigures, HistogramData, MetricsSnapshot, MetricsSource, RaftFigures,
+};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -83,6 +85,11 @@ fn raft_figures(cluster: &flockd_raft::Cluster) -> RaftFigures {
             &figures.proposal_counts,
             figures.proposal_seconds_sum,
         ),
+        log_fsync_duration: HistogramData::from_counts(
+            flockd_raft::LOG_FSYNC_SECONDS_BOUNDS,
+            &figures.log_fsync_counts,
+            figures.log_fsync_seconds_sum,
+        ),
     }
 }
 
@@ -117,20 +124,49 @@ impl MetricsSource for DaemonMetrics {
             .zip(&shared.stats.commands)
             .filter_map(|(meta, stat)| {
                 let calls = stats::read(&stat.calls);
-                let errors: Vec<(String, u64)> = stat
-                    .errors
-                    .lock()
-                    .iter()
-                    .map(|(code, n)| (code.to_string(), *n))
-                    .collect();
-                (calls > 0 || !errors.is_empty()).then(|| CommandFigures {
+                (calls > 0).then(|| CommandFigures {
                     command: meta.name.to_string(),
                     calls,
-                    errors,
                     duration: command_duration(stat),
                 })
             })
             .collect();
+        let mut command_errors: Vec<CommandErrors> = TABLE
+            .iter()
+            .zip(&shared.stats.commands)
+            .map(|(meta, stat)| {
+                let counted = stat.errors.lock();
+                let mut errors: Vec<(String, u64)> = stats::ERROR_KINDS
+                    .iter()
+                    .map(|kind| {
+                        let n = counted
+                            .iter()
+                            .find(|(c, _)| &**c == *kind)
+                            .map_or(0, |c| c.1);
+                        (kind.to_string(), n)
+                    })
+                    .collect();
+                // A code from elsewhere (a forwarded reply's) is shown once it happened.
+                errors.extend(
+                    counted
+                        .iter()
+                        .filter(|(c, _)| !stats::ERROR_KINDS.contains(&&**c))
+                        .map(|(c, n)| (c.to_string(), *n)),
+                );
+                CommandErrors {
+                    command: meta.name.to_string(),
+                    errors,
+                }
+            })
+            .collect();
+        // The name an unknown command was sent with is the client's text: never a label.
+        command_errors.push(CommandErrors {
+            command: "unknown".into(),
+            errors: vec![(
+                "unknown".into(),
+                stats::read(&shared.stats.unknown_commands),
+            )],
+        });
         let (locks, fences, token_floor) = {
             let machine = shared.host.read();
             (
@@ -147,6 +183,7 @@ impl MetricsSource for DaemonMetrics {
             connected_clients: shared.clients.connected() as u64,
             blocked_clients: shared.clients.blocked() as u64,
             commands,
+            command_errors,
             lock_names: locks.names,
             locks_held: locks.locks_held,
             lock_waiters: locks.waiters,

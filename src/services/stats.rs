@@ -32,6 +32,20 @@ pub struct CommandStat {
 /// as `OTHER`.
 const ERROR_CODES_KEPT: usize = 32;
 
+/// The error codes flockd's own replies start with: the metrics port shows each of them for
+/// every command from the start, at zero until it happens.
+pub const ERROR_KINDS: &[&str] = &[
+    "ERR",
+    "NOTOWNER",
+    "NOPERM",
+    "NOAUTH",
+    "WRONGPASS",
+    "MISCONF",
+    "CLUSTERDOWN",
+    "EXECABORT",
+    "NOPROTO",
+];
+
 impl CommandStat {
     /// Counts an error reply by its code: `text` is the reply's text (`ERR ...`, `NOTOWNER ...`).
     pub fn count_error(&self, text: &str) {

@@ -2,7 +2,9 @@
 // A test client holds a lock over the Redis port; the page must show it with its token and
 // owner, a release must appear in the page's live feed within a second, a wrong password must
 // get 401, no request may leave the console's own origin, and the page must log no error (a
-// Content-Security-Policy refusal would be one). Saves a screenshot to $SCREENSHOT.
+// Content-Security-Policy refusal would be one). A user without rights must see the server's
+// own words (its NOPERM texts) and a state that says refused, not "no answer", and no empty
+// table's "no contention". Saves a screenshot to $SCREENSHOT.
 //
 //   CONSOLE_URL=http://127.0.0.1:N FLOCKD_PORT=M FLOCKD_PASSWORD=pw SCREENSHOT=/tmp/x.png \
 //     node tests/console/browser.js          (tests/console/run.sh sets all of this up)
@@ -194,6 +196,41 @@ async function main() {
 
     check('nothing was requested from anywhere but the console', elsewhere.length === 0, elsewhere.join(' '));
     check('the page logged no error (CSP included)', errors.length === 0, errors.join(' | '));
+  });
+
+  // A user who may log in but run nothing: every endpoint answers 403 with a NOPERM text.
+  await client.call('ACL', 'SETUSER', 'norights', 'on', '>norights-pw', 'nocommands', 'resetkeys',
+    'resetchannels');
+  await withBrowser({ username: 'norights', password: 'norights-pw' }, async (context) => {
+    const page = context.pages()[0] || await context.newPage();
+    const response = await page.goto(CONSOLE_URL);
+    check('a user without rights gets the page itself', response.status() === 200,
+      `status ${response.status()}`);
+    const settled = await page.waitForFunction(
+      () => document.getElementById('status').dataset.state,
+      null, { timeout: 10000 }).then(() => true, () => false);
+    const text = async (selector) => (await page.locator(selector).textContent()).trim();
+    const status = await text('#status');
+    check('the status says refused, not "no answer"', settled && /refused/.test(status)
+      && !/no answer/.test(status), `status "${status}"`);
+    const title = await text('#node-title');
+    check('the header no longer says connecting', !/connecting/.test(title), `title "${title}"`);
+    const clusterError = await text('#cluster-error');
+    check('the overview shows the server\'s NOPERM words',
+      /^NOPERM User norights has no permissions to run the '[a-z.]+' command$/.test(clusterError),
+      `"${clusterError}"`);
+    const hotError = await text('#hot-error');
+    check('the hottest locks show the server\'s NOPERM words', /^NOPERM /.test(hotError), `"${hotError}"`);
+    check('no "no contention" above the refusal', await page.locator('#hot-empty').isHidden());
+    await page.fill('#follow-name', 'console:demo');
+    await page.locator('#follow button[type="submit"]').click();
+    const fed = await page.waitForSelector('#feed-status[data-state="refused"]', { timeout: 10000 })
+      .then(() => true, () => false);
+    await page.waitForFunction(() => /NOPERM/.test(document.getElementById('feed-status').textContent),
+      null, { timeout: 5000 }).catch(() => {});
+    const feedStatus = await text('#feed-status');
+    check('a refused feed says so in the server\'s words', fed && /NOPERM/.test(feedStatus)
+      && !/credentials or permissions\?/.test(feedStatus), `"${feedStatus}"`);
   });
   client.close();
 }

@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -171,6 +172,21 @@ def check_shape(dashboard, report):
     report("every panel has a place and queries that honour $job", not bad, bad)
     ids = [p["id"] for p in panels]
     report("panel ids are unique", len(ids) == len(set(ids)), ids)
+    # One way to name the data source: the `datasource` variable, which works both for an
+    # import (Grafana asks which Prometheus) and for file provisioning, where `__inputs` is never
+    # read and a `${DS_...}` placeholder stays unresolved. An `__inputs` entry nobody uses, or a
+    # placeholder nobody declares, leaves panels without data.
+    text = json.dumps(dashboard)
+    declared = {i.get("name") for i in dashboard.get("__inputs", [])}
+    used = set(re.findall(r"\$\{(DS_[A-Za-z0-9_]+)\}", text))
+    report("every __inputs entry is used and every ${DS_...} declared", declared == used,
+           f"declared {sorted(declared)}, used {sorted(used)}")
+    sources = {json.dumps(p.get("datasource"), sort_keys=True) for p in graphs}
+    sources |= {json.dumps(t.get("datasource"), sort_keys=True)
+                for p in graphs for t in p["targets"]}
+    want = json.dumps({"type": "prometheus", "uid": "${datasource}"}, sort_keys=True)
+    report("every panel and query uses the `datasource` variable", sources == {want},
+           sorted(sources))
     return graphs
 
 
@@ -278,6 +294,17 @@ scrape_configs:
                     time.sleep(0.5)
                 report(f"{panel['title']} / {target.get('legendFormat', target['refId'])}: "
                        f"{len(values)} series", bool(values), f"{expr} -> {last}")
+        # The Durability row on a cluster, where there is no AOF: the Raft log's fsyncs, on
+        # every node (a follower syncs what it is sent too).
+        expr = ('histogram_quantile(0.99, sum by (le, instance) (rate('
+                'flockd_raft_log_fsync_duration_seconds_bucket{job="flockd-cluster"}[15s])))')
+        try:
+            values = finite_values(prometheus_query(web, expr))
+        except (OSError, ValueError) as e:
+            values = [repr(e)]
+        report(f"Raft log fsync on the cluster: {len(values)} nodes of 3",
+               len(values) == 3 and all(isinstance(v, float) for v in values),
+               f"{expr} -> {values}")
         stop.set()
         for t in loaders:
             t.join(timeout=15)

@@ -145,7 +145,7 @@ impl Collector for SnapshotCollector {
                 None,
                 MetricType::Counter,
             )?;
-            for c in &s.commands {
+            for c in &s.command_errors {
                 for (code, n) in &c.errors {
                     let labels = [("command", c.command.as_str()), ("error", code.as_str())];
                     ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
@@ -332,6 +332,13 @@ impl Collector for SnapshotCollector {
                 "From a change's proposal on this node to its commit (forwarding included)",
                 &raft.proposal_duration,
             )?;
+            histogram(
+                e,
+                "flockd_raft_log_fsync_duration_seconds",
+                "From a synced write of the Raft log (a vote, an append) being queued to its \
+                 fsync's completion; one fsync may serve several",
+                &raft.log_fsync_duration,
+            )?;
         }
         Ok(())
     }
@@ -340,7 +347,7 @@ impl Collector for SnapshotCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::CommandFigures;
+    use crate::snapshot::{CommandErrors, CommandFigures};
 
     struct Fixed(MetricsSnapshot);
 
@@ -363,8 +370,11 @@ mod tests {
             commands: vec![CommandFigures {
                 command: "flock.acquire".into(),
                 calls: 7,
-                errors: vec![("ERR".into(), 2)],
                 duration,
+            }],
+            command_errors: vec![CommandErrors {
+                command: "flock.acquire".into(),
+                errors: vec![("ERR".into(), 2), ("NOTOWNER".into(), 0)],
             }],
             lock_grants: vec![("exclusive".into(), 5)],
             lock_wait: vec![("granted".into(), HistogramData::with_bounds(&[1.0]))],
@@ -379,6 +389,7 @@ mod tests {
             "flockd_connected_clients 3",
             "flockd_commands_total{command=\"flock.acquire\"} 7",
             "flockd_command_errors_total{command=\"flock.acquire\",error=\"ERR\"} 2",
+            "flockd_command_errors_total{command=\"flock.acquire\",error=\"NOTOWNER\"} 0",
             "flockd_command_duration_seconds_bucket{le=\"0.01\",command=\"flock.acquire\"} 1",
             "flockd_command_duration_seconds_count{command=\"flock.acquire\"} 1",
             "flockd_lock_grants_total{mode=\"exclusive\"} 5",

@@ -49,9 +49,16 @@ impl HistogramData {
 pub struct CommandFigures {
     pub command: String,
     pub calls: u64,
-    /// Error replies by error code (the reply's first word: `ERR`, `NOTOWNER`, `MISCONF`, ...).
-    pub errors: Vec<(String, u64)>,
     pub duration: HistogramData,
+}
+
+/// One command's error replies by error code (the reply's first word: `ERR`, `NOTOWNER`,
+/// `MISCONF`, ...), zeros included: a counter's first increase is lost to `rate()` unless
+/// the series was there before it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CommandErrors {
+    pub command: String,
+    pub errors: Vec<(String, u64)>,
 }
 
 /// Everything `/metrics` shows. Names in comments are the exported ones.
@@ -62,9 +69,11 @@ pub struct MetricsSnapshot {
     /// flockd_connected_clients, flockd_blocked_clients
     pub connected_clients: u64,
     pub blocked_clients: u64,
-    /// flockd_commands_total{command}, flockd_command_errors_total{command,error},
-    /// flockd_command_duration_seconds{command}
+    /// flockd_commands_total{command}, flockd_command_duration_seconds{command}: the
+    /// commands called at least once
     pub commands: Vec<CommandFigures>,
+    /// flockd_command_errors_total{command,error}: every command, every error kind
+    pub command_errors: Vec<CommandErrors>,
     /// flockd_lock_names, flockd_locks_held, flockd_lock_waiters
     pub lock_names: u64,
     pub locks_held: u64,
@@ -117,6 +126,9 @@ pub struct RaftFigures {
     pub forwarded_commands: u64,
     /// flockd_raft_proposal_duration_seconds: from a command's proposal to its commit
     pub proposal_duration: HistogramData,
+    /// flockd_raft_log_fsync_duration_seconds: from a synced write of the Raft log (a vote,
+    /// an append) being queued to its fsync's completion
+    pub log_fsync_duration: HistogramData,
 }
 
 #[cfg(test)]

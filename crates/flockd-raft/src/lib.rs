@@ -29,7 +29,7 @@ pub mod transport;
 pub mod types;
 
 pub use error::{ClusterError, StartError};
-pub use figures::{PROPOSAL_SECONDS_BOUNDS, RaftFiguresRead};
+pub use figures::{LOG_FSYNC_SECONDS_BOUNDS, PROPOSAL_SECONDS_BOUNDS, RaftFiguresRead};
 pub use node::{Cluster, ClusterSettings, ClusterView, Member, Role};
 pub use peers::{Peer, parse_addr, parse_peers};
 pub use pending::ProposalResult;

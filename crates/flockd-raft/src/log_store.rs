@@ -9,6 +9,7 @@ use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc::{SyncSender, sync_channel};
+use std::time::Instant;
 
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{BasicNode, OptionalSend};
@@ -17,6 +18,7 @@ use raft_log::api::raft_log_writer::RaftLogWriter;
 use raft_log::codeq::{Decode, Encode};
 use raft_log::{RaftLog, Types};
 
+use crate::figures::LogFsyncDurations;
 use crate::types::{EntryPayload, FlockRaft, LeaderId, LogId, RaftEntry, Vote};
 
 /// raft-log's view of our types.
@@ -133,16 +135,37 @@ impl Decode for WalVote {
 }
 
 /// Who waits for a flush: openraft (an append) or a caller blocked on it (a vote).
-pub enum WalCallback {
+pub enum FlushWaiter {
     Raft(IOFlushed<FlockRaft>),
     Blocking(SyncSender<io::Result<()>>),
 }
 
+/// A synced flush's waiter, and when it was queued: raft-log keeps its per-sync times to
+/// itself (only sums), so the wait is measured from here, queue and write included.
+pub struct WalCallback {
+    waiter: FlushWaiter,
+    queued: Instant,
+    fsyncs: Arc<LogFsyncDurations>,
+}
+
+impl WalCallback {
+    fn new(waiter: FlushWaiter, fsyncs: &Arc<LogFsyncDurations>) -> WalCallback {
+        WalCallback {
+            waiter,
+            queued: Instant::now(),
+            fsyncs: fsyncs.clone(),
+        }
+    }
+}
+
 impl raft_log::Callback for WalCallback {
     fn send(self, res: io::Result<()>) {
-        match self {
-            WalCallback::Raft(flushed) => flushed.io_completed(res),
-            WalCallback::Blocking(tx) => raft_log::Callback::send(tx, res),
+        if res.is_ok() {
+            self.fsyncs.observe(self.queued.elapsed());
+        }
+        match self.waiter {
+            FlushWaiter::Raft(flushed) => flushed.io_completed(res),
+            FlushWaiter::Blocking(tx) => raft_log::Callback::send(tx, res),
         }
     }
 }
@@ -178,6 +201,8 @@ pub struct LogStore {
     /// A test-only wait (ms) before each synced write is queued: a slow disk, for the fault
     /// harness, which may change it while the node runs.
     sync_delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// How long votes and appends waited for their fsync, for the metrics port.
+    fsyncs: Arc<LogFsyncDurations>,
 }
 
 /// How well appends share syncs.
@@ -200,6 +225,7 @@ impl LogStore {
             log: Arc::new(Mutex::new(Some(log))),
             appended: Arc::default(),
             sync_delay_ms,
+            fsyncs: Arc::default(),
         })
     }
 
@@ -215,6 +241,11 @@ impl LogStore {
             self.sync_delay_ms
                 .load(std::sync::atomic::Ordering::Relaxed),
         )
+    }
+
+    /// How long synced writes waited for their fsync (flockd_raft_log_fsync_duration_seconds).
+    pub fn fsyncs(&self) -> &LogFsyncDurations {
+        &self.fsyncs
     }
 
     pub fn stats(&self) -> LogStats {
@@ -236,14 +267,20 @@ impl LogStore {
     pub fn start_after(&self, log_id: &LogId) -> io::Result<()> {
         let mut log = opened(&self.log)?;
         log.purge(WalLogId::from(log_id))?;
-        LogStore::flush_and_wait(&mut log)
+        LogStore::flush_and_wait(&mut log, &self.fsyncs)
     }
 
     /// Queues a flush that syncs, and blocks until it did (used for the vote: a vote must be on
     /// disk before the node acts on it).
-    fn flush_and_wait(log: &mut RaftLog<WalTypes>) -> io::Result<()> {
+    fn flush_and_wait(
+        log: &mut RaftLog<WalTypes>,
+        fsyncs: &Arc<LogFsyncDurations>,
+    ) -> io::Result<()> {
         let (tx, rx) = sync_channel(1);
-        log.flush(true, Some(WalCallback::Blocking(tx)))?;
+        log.flush(
+            true,
+            Some(WalCallback::new(FlushWaiter::Blocking(tx), fsyncs)),
+        )?;
         rx.recv()
             .map_err(|_| io::Error::other("the log's flush worker is gone"))?
     }
@@ -315,11 +352,12 @@ impl RaftLogStorage<FlockRaft> for LogStore {
         let log = self.log.clone();
         let vote = WalVote(*vote);
         let delay = self.sync_delay();
+        let fsyncs = self.fsyncs.clone();
         tokio::task::spawn_blocking(move || {
             std::thread::sleep(delay);
             let mut log = opened(&log)?;
             log.save_vote(vote)?;
-            LogStore::flush_and_wait(&mut log)
+            LogStore::flush_and_wait(&mut log, &fsyncs)
         })
         .await
         .map_err(io::Error::other)?
@@ -355,7 +393,10 @@ impl RaftLogStorage<FlockRaft> for LogStore {
         let mut log = opened(&self.log)?;
         log.append(records)?;
         // Returns at once; the flush worker syncs and then tells openraft.
-        log.flush(true, Some(WalCallback::Raft(callback)))
+        log.flush(
+            true,
+            Some(WalCallback::new(FlushWaiter::Raft(callback), &self.fsyncs)),
+        )
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {

@@ -16,13 +16,23 @@
     return node;
   }
 
-  async function api(path) {
-    const response = await fetch(path, { cache: 'no-store', credentials: 'same-origin' });
+  // An error the server answered with carries its HTTP status, so a refusal (401, 403) is not
+  // mistaken for a server that does not answer.
+  async function refusal(response) {
     let body = null;
     try { body = await response.json(); } catch (_) { /* not JSON: the status says it */ }
-    if (!response.ok) throw new Error((body && body.error) || `${response.status} ${response.statusText}`);
-    return body;
+    const error = new Error((body && body.error) || `${response.status} ${response.statusText}`);
+    error.status = response.status;
+    return error;
   }
+
+  async function api(path) {
+    const response = await fetch(path, { cache: 'no-store', credentials: 'same-origin' });
+    if (!response.ok) throw await refusal(response);
+    return response.json();
+  }
+
+  const refused = (error) => error && (error.status === 401 || error.status === 403);
 
   function showError(id, error) {
     const node = $(id);
@@ -218,7 +228,8 @@
     $('feed').replaceChildren();
     const encoded = nameQuery ?? encodeURIComponent(name);
     $('feed-status').textContent = `connecting to ${name}…`;
-    const es = new EventSource(`/console/api/events?name=${encoded}`);
+    const url = `/console/api/events?name=${encoded}`;
+    const es = new EventSource(url);
     source = es;
     es.addEventListener('ready', (e) => {
       const hello = JSON.parse(e.data);
@@ -236,10 +247,34 @@
     es.addEventListener('closed', (e) => unfollow(`closed: ${JSON.parse(e.data).reason}`));
     es.onerror = () => {
       if (source !== es) return;
-      $('feed-status').textContent = es.readyState === EventSource.CLOSED
-        ? 'the feed was refused (credentials or permissions?)' : 'reconnecting…';
+      if (es.readyState !== EventSource.CLOSED) {
+        $('feed-status').textContent = 'reconnecting…';
+        $('feed-status').dataset.state = 'error';
+        return;
+      }
+      // EventSource hides why it was turned away: ask once more with fetch, which reads the
+      // server's answer, and stop reading at once if this time the feed opens.
+      $('feed-status').textContent = `the feed for ${name} was closed`;
       $('feed-status').dataset.state = 'error';
+      feedRefusal(url).then((error) => {
+        if (source !== es || !error) return;
+        $('feed-status').textContent = refused(error) ? `refused: ${error.message}` : error.message;
+        $('feed-status').dataset.state = refused(error) ? 'refused' : 'error';
+      });
     };
+  }
+
+  async function feedRefusal(url) {
+    const abort = new AbortController();
+    try {
+      const response = await fetch(url, { cache: 'no-store', credentials: 'same-origin', signal: abort.signal });
+      if (response.ok) return null;
+      return await refusal(response);
+    } catch (e) {
+      return e.name === 'AbortError' ? null : new Error('no answer');
+    } finally {
+      abort.abort();
+    }
   }
 
   // ---- polling ------------------------------------------------------------------------
@@ -253,9 +288,25 @@
     showError('cluster-error', results[0].reason);
     showError('hot-error', results[1].reason);
     showError('locks-error', results[2].reason);
-    const down = results.every((r) => r.status === 'rejected');
-    $('status').classList.toggle('down', down);
-    $('status').textContent = down ? '● no answer' : '● live';
+    // An empty table's note only when the table was answered.
+    if (results[1].status === 'rejected') $('hot-empty').hidden = true;
+    const errors = results.map((r) => r.reason).filter(Boolean);
+    let state = 'live';
+    if (errors.length === results.length) {
+      if (errors.some(refused)) state = 'refused';
+      else if (errors.some((e) => e.status)) state = 'error';
+      else state = 'down';
+    }
+    const words = { live: '● live', refused: '● refused', error: '● error', down: '● no answer' };
+    const status = $('status');
+    status.className = `status ${state}`;
+    status.dataset.state = state;
+    status.textContent = words[state];
+    status.title = state === 'live' ? '' : errors[0].message;
+    if (results[0].status === 'rejected') {
+      const why = results[0].reason.status ? results[0].reason.message : 'no answer';
+      $('node-title').textContent = `${location.host}: ${why}`;
+    }
   }
 
   async function loop() {

@@ -424,9 +424,10 @@ impl Cluster {
         self.node.view()
     }
 
-    /// Leader changes seen, commands forwarded, proposal durations: for the metrics port.
+    /// Leader changes seen, commands forwarded, proposal durations, the log's fsync waits: for
+    /// the metrics port.
     pub fn figures(&self) -> RaftFiguresRead {
-        self.node.figures.read()
+        self.node.figures.read(self.node.log.fsyncs())
     }
 
     pub async fn shutdown(&self) {
