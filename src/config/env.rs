@@ -16,6 +16,7 @@ pub const NOT_KEYS: &[&str] = &[
     "FLOCKD_PASSWORD",
     // The test suites: the binary under test, and their knobs.
     "FLOCKD_BIN",
+    "FLOCKD_TEST_BIN",
     "FLOCKD_TEST_SYNC_DELAY_FILE",
     "FLOCKD_REQUIRE_FUSE",
     "FLOCKD_CLUSTER_ROUNDS",
