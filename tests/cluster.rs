@@ -1030,21 +1030,6 @@ fn a_removed_node_knows_it_and_says_so_and_a_dead_member_is_shown_down() {
     }
 }
 
-/// One field of a RESP2 `FLOCK.STATUS` reply (the value after the field's name).
-fn status_field(reply: &str, field: &str) -> String {
-    let lines: Vec<&str> = reply.split("\r\n").collect();
-    let at = lines
-        .iter()
-        .position(|l| *l == field)
-        .unwrap_or_else(|| panic!("no {field} in {reply:?}"));
-    let value = lines[at + 1];
-    if value.starts_with('$') {
-        lines[at + 2].to_string()
-    } else {
-        value.trim_start_matches(':').to_string()
-    }
-}
-
 /// Sends `FLOCK.ACQUIRE x 3000 WAIT wait_ms` through node `via` and leaves it waiting there (the
 /// connection is returned, never read).
 fn park_a_waiter(cluster: &Cluster, via: usize, wait_ms: u64) -> std::net::TcpStream {
@@ -1090,7 +1075,7 @@ fn a_waiter_whose_node_dies_is_never_granted_after_its_deadline_or_its_node() {
             killed.elapsed()
         );
         assert_eq!(
-            status_field(&cluster.call(other, &["FLOCK.STATUS", "x"]), "waiters"),
+            common::status_field(&cluster.call(other, &["FLOCK.STATUS", "x"]), "waiters"),
             "0"
         );
         assert_eq!(int(&cluster.call(leader, &["FLOCK.RELEASE", "x", "1"])), 1);
@@ -1111,6 +1096,6 @@ fn wait_until_waiters(cluster: &Cluster, i: usize, n: &str) {
         i,
         &["FLOCK.STATUS", "x"],
         Duration::from_secs(15),
-        |r| status_field(r, "waiters") == n,
+        |r| common::status_field(r, "waiters") == n,
     );
 }

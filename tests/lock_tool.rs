@@ -78,6 +78,13 @@ impl LockRun {
         }
     }
 
+    /// Waits for a successful exit (at most 20 s); its stdout.
+    fn succeeds(&mut self) -> String {
+        let status = self.wait(Duration::from_secs(20));
+        assert_eq!(status.code(), Some(0), "{}", self.stderr());
+        self.stdout()
+    }
+
     fn running(&mut self) -> bool {
         self.child.try_wait().expect("try_wait").is_none()
     }
@@ -126,23 +133,7 @@ fn read_when_written(file: &Path) -> String {
 
 /// `FLOCK.STATUS name` field by field (RESP2 flat array of field/value).
 fn status_field(server: &TestServer, name: &str, field: &str) -> String {
-    field_of(&server.raw().call(&["FLOCK.STATUS", name]), field)
-}
-
-/// One field of a raw RESP2 `FLOCK.STATUS` reply.
-fn field_of(reply: &str, field: &str) -> String {
-    let lines: Vec<&str> = reply.split("\r\n").collect();
-    let at = lines
-        .iter()
-        .position(|l| *l == field)
-        .unwrap_or_else(|| panic!("no {field} in {reply:?}"));
-    // The value's line is after the field's (a bulk string has its `$n` line first).
-    let value = lines[at + 1];
-    if value.starts_with('$') && value != "$-1" {
-        lines[at + 2].to_string()
-    } else {
-        value.trim_start_matches(':').to_string()
-    }
+    common::status_field(&server.raw().call(&["FLOCK.STATUS", name]), field)
 }
 
 #[test]
@@ -478,7 +469,10 @@ fn a_leader_killed_in_a_three_node_cluster_does_not_end_the_command() {
     );
     let status = cluster.call(survivor, &["FLOCK.STATUS", "failover"]);
     assert_eq!(
-        (field_of(&status, "locked"), field_of(&status, "token")),
+        (
+            common::status_field(&status, "locked"),
+            common::status_field(&status, "token")
+        ),
         ("1".to_string(), token),
         "{status}"
     );
@@ -495,13 +489,7 @@ fn a_password_in_the_url_logs_in_and_a_wrong_one_is_a_failure_of_its_own() {
     let server = TestServer::start(&["--requirepass", "s3cret"]);
     let good = format!("redis://:s3cret@{}/", server.addr);
     let mut run = LockRun::start(&good, &["auth", "--", "sh", "-c", "echo $FLOCK_TOKEN"]);
-    assert_eq!(
-        run.wait(Duration::from_secs(20)).code(),
-        Some(0),
-        "{}",
-        run.stderr()
-    );
-    assert_eq!(run.stdout(), "1\n");
+    assert_eq!(run.succeeds(), "1\n");
     let bad = format!("redis://:wrong@{}/", server.addr);
     let mut run = LockRun::start(&bad, &["auth", "--", "sh", "-c", "echo ran"]);
     assert_eq!(run.wait(Duration::from_secs(20)).code(), Some(125));
@@ -571,13 +559,7 @@ fn a_node_that_refuses_connections_is_passed_over_for_the_next() {
     let dead = common::cluster::free_ports(1)[0];
     let urls = format!("redis://127.0.0.1:{dead}/,{}", server.url());
     let mut run = LockRun::start(&urls, &["next", "--", "sh", "-c", "echo $FLOCK_TOKEN"]);
-    assert_eq!(
-        run.wait(Duration::from_secs(20)).code(),
-        Some(0),
-        "{}",
-        run.stderr()
-    );
-    assert_eq!(run.stdout(), "1\n");
+    assert_eq!(run.succeeds(), "1\n");
     assert_eq!(status_field(&server, "next", "locked"), "0");
     // The dead node alone: a failure of flockd lock's own, CMD never run.
     let mut run = LockRun::start(
@@ -612,13 +594,7 @@ fn a_node_without_a_leader_answers_clusterdown_and_the_next_node_is_asked() {
             "sleep 1; echo $FLOCK_TOKEN",
         ],
     );
-    assert_eq!(
-        run.wait(Duration::from_secs(20)).code(),
-        Some(0),
-        "{}",
-        run.stderr()
-    );
-    assert_eq!(run.stdout(), "1\n");
+    assert_eq!(run.succeeds(), "1\n");
     assert_eq!(status_field(&server, "down", "last-token"), "1");
     assert_eq!(status_field(&server, "down", "locked"), "0");
 }
@@ -697,13 +673,7 @@ fn a_lock_granted_after_a_wait_longer_than_its_lease_is_kept_while_cmd_runs() {
 fn flock_conventions_cmd_without_dashes_wait_in_seconds_and_a_server_that_comes_up() {
     let server = TestServer::start(&[]);
     let mut run = LockRun::start(&server.url(), &["plain", "-w", "2.5", "echo", "hi", "-n"]);
-    assert_eq!(
-        run.wait(Duration::from_secs(20)).code(),
-        Some(0),
-        "{}",
-        run.stderr()
-    );
-    assert_eq!(run.stdout(), "hi -n\n");
+    assert_eq!(run.succeeds(), "hi -n\n");
     let mut bad = LockRun::start(&server.url(), &["plain", "-w", "ten", "true"]);
     assert_ne!(bad.wait(Duration::from_secs(20)).code(), Some(0));
     assert!(
@@ -733,13 +703,7 @@ fn flock_conventions_cmd_without_dashes_wait_in_seconds_and_a_server_that_comes_
         &[],
     )
     .expect("the late server starts");
-    assert_eq!(
-        run.wait(Duration::from_secs(20)).code(),
-        Some(0),
-        "{}",
-        run.stderr()
-    );
-    assert_eq!(run.stdout(), "1\n");
+    assert_eq!(run.succeeds(), "1\n");
     assert!(
         run.stderr()
             .contains(&format!("cannot reach the server at 127.0.0.1:{port}"))

@@ -644,3 +644,20 @@ pub fn scan_walk(
     }
     panic!("the {command} walk never ended");
 }
+
+/// One field of a raw RESP2 `FLOCK.STATUS` reply: the value after the field's name (a bulk
+/// string's text, an integer's digits, `$-1` for null).
+pub fn status_field(reply: &str, field: &str) -> String {
+    let lines: Vec<&str> = reply.split("\r\n").collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == field)
+        .unwrap_or_else(|| panic!("no {field} in {reply:?}"));
+    // The value's line is after the field's (a bulk string has its `$n` line first).
+    let value = lines[at + 1];
+    if value.starts_with('$') && value != "$-1" {
+        lines[at + 2].to_string()
+    } else {
+        value.trim_start_matches(':').to_string()
+    }
+}

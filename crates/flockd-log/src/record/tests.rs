@@ -741,7 +741,7 @@ fn decode_errors_v2() {
     p.extend_from_slice(&[0, 0]);
     assert_eq!(v2(&p), Err(DecodeError::Trailing(2)));
     // Unknown op tags.
-    for t in [0u8, 24, 99, 255] {
+    for t in [0u8, 25, 99, 255] {
         let mut p = entry_head(1, 2, 1);
         p.push(t);
         assert_eq!(v2(&p), Err(DecodeError::UnknownOp(t)), "op tag {t}");
