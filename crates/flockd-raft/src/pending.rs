@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use flockd_core::OpResult;
 use parking_lot::Mutex;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 
 use crate::error::ClusterError;
 
@@ -36,21 +36,16 @@ struct Waiting {
 #[derive(Default)]
 pub struct PendingTable {
     table: Mutex<Table>,
-    /// Woken when a proposal is registered in an empty table: the sweeper then has a deadline
-    /// to sleep until.
-    registered: Notify,
 }
 
 impl PendingTable {
-    /// A new proposal's seq and where its outcome will arrive, by `deadline` at the latest.
-    /// Deadlines must not go back from one registration to the next (they are a fixed time
-    /// after the registration).
+    /// A new proposal's seq and where its outcome will arrive, by `deadline` at the latest:
+    /// a fixed time after the registration (see [`PendingTable::answer_overdue`]).
     pub fn register(&self, deadline: Instant) -> (u64, oneshot::Receiver<ProposalResult>) {
         let (answer, rx) = oneshot::channel();
         let mut table = self.table.lock();
         let seq = table.next_seq;
         table.next_seq += 1;
-        let was_empty = table.waiting.is_empty();
         table.waiting.insert(
             seq,
             Waiting {
@@ -59,10 +54,6 @@ impl PendingTable {
                 why: None,
             },
         );
-        drop(table);
-        if was_empty {
-            self.registered.notify_one();
-        }
         (seq, rx)
     }
 
@@ -74,9 +65,15 @@ impl PendingTable {
     }
 
     /// Answers every proposal still waiting at its deadline with `overdue(why)`, as the
-    /// deadlines come, for as long as the node runs. One task does it for all proposals: no
-    /// timer each.
-    pub async fn answer_overdue(&self, overdue: impl Fn(Option<String>) -> ClusterError) {
+    /// deadlines come, for as long as the node runs. One task does it for all proposals, with
+    /// no timer and no wake-up per proposal: every deadline is `limit` after its registration,
+    /// so a table found empty needs no look before `limit` has passed, and a full one none
+    /// before its first deadline.
+    pub async fn answer_overdue(
+        &self,
+        limit: std::time::Duration,
+        overdue: impl Fn(Option<String>) -> ClusterError,
+    ) {
         loop {
             let next = self
                 .table
@@ -85,7 +82,7 @@ impl PendingTable {
                 .first_key_value()
                 .map(|(_, w)| w.deadline);
             match next {
-                None => self.registered.notified().await,
+                None => tokio::time::sleep(limit).await,
                 Some(deadline) => {
                     tokio::time::sleep_until(deadline.into()).await;
                     let now = Instant::now();
@@ -145,7 +142,7 @@ mod tests {
         let sweeper = table.clone();
         tokio::spawn(async move {
             sweeper
-                .answer_overdue(|why| ClusterError::NoLeader {
+                .answer_overdue(Duration::from_millis(50), |why| ClusterError::NoLeader {
                     waited_ms: 50,
                     why: why.unwrap_or_default(),
                 })
@@ -170,8 +167,8 @@ mod tests {
         );
         assert_eq!(answered_rx.await.expect("sent"), Ok(vec![]));
         assert_eq!(table.floor(), 2);
-        // A proposal registered after the table went empty wakes the sweeper again.
-        let (_, again) = table.register(Instant::now() + Duration::from_millis(20));
+        // A proposal registered after the table went empty is answered at its deadline too.
+        let (_, again) = table.register(Instant::now() + Duration::from_millis(50));
         let again = tokio::time::timeout(Duration::from_secs(5), again).await;
         assert!(matches!(again, Ok(Ok(Err(ClusterError::NoLeader { .. })))));
     }

@@ -112,7 +112,8 @@ struct Node {
     removal: parking_lot::Mutex<Option<Removal>>,
 }
 
-/// Why a proposal is answered at its deadline when no attempt said more.
+/// Why a proposal is answered at its deadline when no attempt said more (a forward the leader
+/// committed that this node, lagging or cut off, has not applied yet, say).
 const NOT_IN_TIME: &str = "it was not committed and applied here in time: its outcome is unknown, it may still take effect";
 
 /// A running cluster node.
@@ -317,9 +318,11 @@ impl Cluster {
         let (pending, waited_ms) = (node.pending.clone(), node.settings.wait_leader_ms);
         tokio::spawn(async move {
             pending
-                .answer_overdue(|why| ClusterError::NoLeader {
-                    waited_ms,
-                    why: why.unwrap_or_else(|| NOT_IN_TIME.to_owned()),
+                .answer_overdue(Duration::from_millis(waited_ms), |why| {
+                    ClusterError::NoLeader {
+                        waited_ms,
+                        why: why.unwrap_or_else(|| NOT_IN_TIME.to_owned()),
+                    }
                 })
                 .await
         });

@@ -80,9 +80,6 @@ impl Node {
                 // it come too late, the pending table does at the deadline).
                 Forwarded::Committed => {
                     self.figures.proposal_committed(proposed.elapsed());
-                    if leader != Some(self.me.node) {
-                        self.pending.note(seq, APPLIED_ELSEWHERE);
-                    }
                     return;
                 }
                 Forwarded::NotLeader { leader } => last_why = not_leading(leader),
@@ -147,11 +144,6 @@ impl Node {
 /// (this leader is cut off, or the majority is slow). Its outcome is unknown: the entry stays in
 /// this leader's log and may still commit.
 pub(super) const UNACKNOWLEDGED_WRITE: &str = "the leader got no majority to acknowledge it; its outcome is unknown, it may still take effect";
-
-/// Why a forwarded proposal that the leader committed is not answered here by the deadline:
-/// this node lags behind (or was cut off from) the leader, so it cannot tell the result.
-pub(super) const APPLIED_ELSEWHERE: &str =
-    "the leader committed it, but this node has not applied it yet: its outcome is unknown here";
 
 /// Why the last attempt found no leader to take it.
 pub(super) fn not_leading(leader: Option<NodeId>) -> String {
