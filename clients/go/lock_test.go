@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -567,5 +568,71 @@ func TestALateGrantWhoseLeaseRanOutBeforeTheRenewalIsNotGranted(t *testing.T) {
 	}
 	if ttl, _ := redis.Int64(admin.Do("FLOCK.TTL", "late")); ttl != -2 {
 		t.Fatalf("FLOCK.TTL = %d, want -2", ttl)
+	}
+}
+
+// Issue 35: the README's "program of your own" did not build offline (it lacked redigo's
+// replace), and the example without FLOCKD_URL failed with "dial tcp: missing address". The
+// go.mod the README gives builds the example copied into a module of its own, offline, and
+// that program, with FLOCKD_URL unset, reaches flockd at its default address.
+func TestAProgramOfYourOwnBuildsOfflineAndFindsTheDefaultAddress(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	at := strings.Index(text, "A program of your own")
+	if at < 0 {
+		t.Fatal("README.md has no \"A program of your own\" section")
+	}
+	block := text[at:]
+	start := strings.Index(block, "```\n")
+	end := strings.Index(block[start+4:], "```\n")
+	if start < 0 || end < 0 {
+		t.Fatal("no go.mod block after \"A program of your own\"")
+	}
+	here, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gomod := strings.ReplaceAll(block[start+4:start+4+end], "/path/to/clients/go", here)
+	mine := t.TempDir()
+	source, err := os.ReadFile("example/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{"go.mod": gomod, "main.go": string(source)} {
+		if err := os.WriteFile(filepath.Join(mine, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "mine")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = mine
+	build.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("the README's go.mod does not build offline: %v\n%s", err, out)
+	}
+	// flockd's default address, if nothing else holds it here.
+	probe, err := net.Listen("tcp", "127.0.0.1:6390")
+	if err != nil {
+		t.Skipf("127.0.0.1:6390 is in use, so the default address cannot be checked: %v", err)
+	}
+	probe.Close()
+	startFlockd(t, "--port", "6390")
+	run := exec.Command(bin)
+	env := []string{}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLOCKD_URL=") {
+			env = append(env, kv)
+		}
+	}
+	run.Env = env
+	out, err := run.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the program without FLOCKD_URL: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "acquired orders:42 with token 1") {
+		t.Fatalf("unexpected output:\n%s", out)
 	}
 }

@@ -3,6 +3,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
+const net = require('node:net');
 const { execFile } = require('node:child_process');
 const Redis = require('ioredis');
 const { FlockdClient, LostError, NotGrantedError } = require('..');
@@ -327,4 +328,27 @@ test('the README example runs as written', async (t) => {
     assert.ok(out.includes(want), `no ${JSON.stringify(want)} in the example's output`);
   }
   assert.equal(await conn(t, s).call('FENCE.GET', 'res:orders:42'), 'written by token 1');
+});
+
+// Issue 35: without FLOCKD_URL the example failed with `TypeError: Cannot read properties of
+// undefined`; it now reaches flockd at its default address, 127.0.0.1:6390.
+test('the example without FLOCKD_URL finds flockd at its default address', async (t) => {
+  const free = await new Promise((resolve) => {
+    const probe = net.createServer();
+    probe.once('error', () => resolve(false));
+    probe.listen(6390, '127.0.0.1', () => probe.close(() => resolve(true)));
+  });
+  if (!free) {
+    t.skip('127.0.0.1:6390 is in use here, so the default address cannot be checked');
+    return;
+  }
+  await startFlockd(t, '--port', '6390');
+  const root = path.join(__dirname, '..');
+  const env = { ...process.env };
+  delete env.FLOCKD_URL;
+  const out = await new Promise((resolve, reject) => {
+    execFile(process.execPath, [path.join('example', 'example.js')], { cwd: root, env, timeout: 30000 },
+      (err, stdout, stderr) => (err ? reject(new Error(`${err.message}\n${stdout}${stderr}`)) : resolve(stdout + stderr)));
+  });
+  assert.ok(out.includes('acquired orders:42 with token 1\n'), out);
 });
