@@ -267,27 +267,10 @@ impl LockEntry {
     /// Ends every wait of `node`'s connections (see [`crate::Op::DropWaits`]); how many.
     pub fn drop_waits_of(&mut self, node: u64, ctx: &mut EntryCtx<'_>) -> usize {
         self.settle(ctx);
-        let Some(active) = self.active.as_mut() else {
-            return 0;
-        };
-        let head = active.waiters.front().map(|w| w.wait);
-        let before = active.waiters.len();
-        let name = &ctx.name;
-        let events = &mut *ctx.events;
-        active.waiters.retain(|w| {
-            let gone = w.node == node;
-            if gone {
-                events.push(Event::WaitEnded {
-                    name: Bytes::clone(name),
-                    wait: w.wait,
-                });
-            }
-            !gone
-        });
-        let dropped = before - active.waiters.len();
-        ctx.counters.waiters -= dropped as u64;
+        let head = self.waiters().next().map(|w| w.wait);
+        let dropped = self.drop_waiters(ctx, |w| w.node == node);
         // The head leaving may let the next ones in.
-        if dropped > 0 && active.waiters.front().map(|w| w.wait) != head {
+        if dropped > 0 && self.waiters().next().map(|w| w.wait) != head {
             self.handover(ctx);
         }
         dropped
@@ -296,26 +279,33 @@ impl LockEntry {
     /// Drops the waiters whose wait is over at the op's time: their node may be gone, and the
     /// log never grants past a wait's deadline.
     fn drop_lapsed_waiters(&mut self, ctx: &mut EntryCtx<'_>) {
-        let Some(active) = self.active.as_mut() else {
-            return;
-        };
-        if !active.waiters.iter().any(|w| w.lapsed_at(ctx.at)) {
-            return;
+        let at = ctx.at;
+        if self.waiters().any(|w| w.lapsed_at(at)) {
+            self.drop_waiters(ctx, |w| w.lapsed_at(at));
         }
+    }
+
+    /// Takes the waiters `gone` picks out of the queue, each with its `WaitEnded` event (the
+    /// parked connection, if any, learns its wait ended); how many.
+    fn drop_waiters(&mut self, ctx: &mut EntryCtx<'_>, gone: impl Fn(&Waiter) -> bool) -> usize {
+        let Some(active) = self.active.as_mut() else {
+            return 0;
+        };
         let before = active.waiters.len();
-        let name = &ctx.name;
-        let events = &mut *ctx.events;
+        let (name, events) = (&ctx.name, &mut *ctx.events);
         active.waiters.retain(|w| {
-            let lapsed = w.lapsed_at(ctx.at);
-            if lapsed {
+            if gone(w) {
                 events.push(Event::WaitEnded {
                     name: Bytes::clone(name),
                     wait: w.wait,
                 });
+                return false;
             }
-            !lapsed
+            true
         });
-        ctx.counters.waiters -= (before - active.waiters.len()) as u64;
+        let dropped = before - active.waiters.len();
+        ctx.counters.waiters -= dropped as u64;
+        dropped
     }
 
     /// Adds a holding after the others (a restore gives them in grant order), or replaces the
