@@ -21,6 +21,18 @@ use raft_log::{RaftLog, Types};
 use crate::figures::LogFsyncDurations;
 use crate::types::{EntryPayload, FlockRaft, LeaderId, LogId, RaftEntry, Vote};
 
+/// How long raft-log's flush worker gathers more writes before it syncs. Its default, 1 ms, is
+/// a millisecond added to every commit at low load (on the leader and on each follower: a
+/// one-connection cycle took 3.6 ms where it now takes 1.6). Writes queued while a sync runs
+/// still share the next one, so the group commit under load comes from the sync's own length;
+/// this only has to be long enough to drain what is already queued.
+const FLUSH_GATHER: std::time::Duration = std::time::Duration::from_micros(20);
+
+/// Entries this close to the log's end are read on the calling task: raft-log holds them in its
+/// cache (it keeps far more), so the read is a copy, not worth a hand-off to a blocking thread
+/// and back. Older ones (a follower catching up from far behind) may come from disk.
+const READ_INLINE_WITHIN: u64 = 4096;
+
 /// raft-log's view of our types.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct WalTypes;
@@ -219,7 +231,8 @@ impl LogStore {
         sync_delay_ms: Arc<std::sync::atomic::AtomicU64>,
     ) -> io::Result<LogStore> {
         std::fs::create_dir_all(dir)?;
-        let config = raft_log::Config::new(dir.display());
+        let mut config = raft_log::Config::new(dir.display());
+        config.wal.flush_batch_wait = Some(FLUSH_GATHER);
         let log = RaftLog::open(Arc::new(config))?;
         Ok(LogStore {
             log: Arc::new(Mutex::new(Some(log))),
@@ -314,15 +327,22 @@ impl RaftLogReader<FlockRaft> for LogStore {
         range: RB,
     ) -> Result<Vec<RaftEntry>, io::Error> {
         let (from, to) = bounds(&range);
-        let log = self.log.clone();
-        tokio::task::spawn_blocking(move || {
-            let log = opened(&log)?;
+        let read = move |log: &RaftLog<WalTypes>| -> io::Result<Vec<RaftEntry>> {
             log.read(from, to)
                 .map(|read| read.and_then(|(id, payload)| decode_entry(&id, &payload)))
                 .collect()
-        })
-        .await
-        .map_err(io::Error::other)?
+        };
+        {
+            let log = opened(&self.log)?;
+            let end = log.log_state().last().map_or(0, |id| id.index + 1);
+            if end.saturating_sub(from) <= READ_INLINE_WITHIN {
+                return read(&log);
+            }
+        }
+        let log = self.log.clone();
+        tokio::task::spawn_blocking(move || read(&*opened(&log)?))
+            .await
+            .map_err(io::Error::other)?
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
