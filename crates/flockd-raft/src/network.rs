@@ -152,6 +152,10 @@ pub enum NetError {
     },
 }
 
+/// What a connection's reader buffers: the frames of a batch of heartbeats, appends and
+/// answers come in one read instead of three reads each (length, id, body).
+pub const READ_BUFFER: usize = 64 << 10;
+
 /// Reads one frame: `(request id, body)`. `None` at a clean end of stream.
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<Option<(u64, Vec<u8>)>> {
     let len = match r.read_u32().await {
@@ -356,7 +360,7 @@ impl PeerClient {
                 });
             }
         };
-        let mut reader = stream.reader;
+        let mut reader = tokio::io::BufReader::with_capacity(READ_BUFFER, stream.reader);
         let connection = Arc::new(Connection {
             writer: tokio::sync::Mutex::new(stream.writer),
             waiting: Mutex::new(HashMap::new()),

@@ -10,14 +10,18 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::identity::Identity;
-use crate::network::{Request, Response, decode_request, frame, read_frame, write_all};
+use crate::network::{
+    READ_BUFFER, Request, Response, decode_request, frame, read_frame, write_all,
+};
 use crate::state_machine::{MachineStore, SnapshotData};
 use crate::transport::BoxFuture;
-use crate::transport::PeerStream;
+use crate::transport::{PeerStream, PeerWriter};
 use crate::types::{SnapshotMeta, Vote};
 
 /// Requests one connection may have in flight; more wait to be read (TCP pushes back).
 pub const IN_FLIGHT: usize = 256;
+/// Answers gathered into one write, in bytes (one more answer may go over).
+const WRITE_BATCH: usize = 64 << 10;
 /// The largest snapshot a node accepts.
 pub const MAX_SNAPSHOT: u64 = 64 << 30;
 
@@ -56,20 +60,10 @@ pub async fn serve_connection(
     handler: Arc<dyn PeerHandler>,
     store: MachineStore,
 ) -> io::Result<()> {
-    let PeerStream {
-        mut reader,
-        mut writer,
-        ..
-    } = stream;
-    let (replies, mut outbox) = mpsc::channel::<Vec<u8>>(IN_FLIGHT);
-    let writing = tokio::spawn(async move {
-        while let Some(bytes) = outbox.recv().await {
-            if write_all(&mut writer, &bytes).await.is_err() {
-                break;
-            }
-        }
-        let _ = writer.shutdown().await;
-    });
+    let PeerStream { reader, writer, .. } = stream;
+    let mut reader = tokio::io::BufReader::with_capacity(READ_BUFFER, reader);
+    let (replies, outbox) = mpsc::channel::<Vec<u8>>(IN_FLIGHT);
+    let writing = tokio::spawn(write_replies(outbox, writer));
     let permits = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut receiving: Option<Receiving> = None;
     let mut greeted = false;
@@ -205,6 +199,30 @@ pub async fn serve_connection(
         r.discard().await;
     }
     result
+}
+
+/// Writes the answers as they come, every answer ready at the time in one write: the answers
+/// to a burst of appends and probes cost one syscall, not one each.
+async fn write_replies(mut outbox: mpsc::Receiver<Vec<u8>>, mut writer: PeerWriter) {
+    let mut batch = Vec::new();
+    while let Some(first) = outbox.recv().await {
+        batch.clear();
+        batch.extend_from_slice(&first);
+        while batch.len() < WRITE_BATCH {
+            match outbox.try_recv() {
+                Ok(more) => batch.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if write_all(&mut writer, &batch).await.is_err() {
+            break;
+        }
+        // A snapshot's answers are small; a buffer grown by a rare large one is not kept.
+        if batch.capacity() > 4 * WRITE_BATCH {
+            batch = Vec::new();
+        }
+    }
+    let _ = writer.shutdown().await;
 }
 
 async fn send(replies: &mpsc::Sender<Vec<u8>>, id: u64, response: &Response) -> bool {
