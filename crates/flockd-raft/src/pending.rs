@@ -3,6 +3,9 @@
 //! forwarded write needs no result on the wire and the client then reads its own write on the
 //! node it is connected to.
 //!
+//! Commands proposed at the same moment travel as one proposal (see `node::propose`), so one
+//! seq may answer several clients: each gets the results of its own ops, in order.
+//!
 //! Each proposal also has a deadline (`cluster-wait-leader-ms` after it was made): one that is
 //! still waiting then, on any path (no leader, a forward, this node's own apply running late
 //! after a partition), is answered as of unknown outcome by [`PendingTable::answer_overdue`],
@@ -28,9 +31,35 @@ struct Table {
 
 struct Waiting {
     deadline: Instant,
-    answer: oneshot::Sender<ProposalResult>,
+    answers: Vec<Answer>,
     /// Why it is not answered yet, as last seen by the proposer (for the overdue answer).
     why: Option<String>,
+}
+
+/// One client's share of a proposal: how many of its ops are the client's, and where their
+/// results go.
+pub struct Answer {
+    pub ops: usize,
+    pub to: oneshot::Sender<ProposalResult>,
+}
+
+impl Waiting {
+    fn answer(self, outcome: ProposalResult) {
+        match outcome {
+            Ok(mut results) => {
+                // The ops are in the answers' order: each takes its count from the front.
+                let mut rest = results.drain(..);
+                for answer in self.answers {
+                    let _ = answer.to.send(Ok(rest.by_ref().take(answer.ops).collect()));
+                }
+            }
+            Err(e) => {
+                for answer in self.answers {
+                    let _ = answer.to.send(Err(e.clone()));
+                }
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -39,10 +68,9 @@ pub struct PendingTable {
 }
 
 impl PendingTable {
-    /// A new proposal's seq and where its outcome will arrive, by `deadline` at the latest:
-    /// a fixed time after the registration (see [`PendingTable::answer_overdue`]).
-    pub fn register(&self, deadline: Instant) -> (u64, oneshot::Receiver<ProposalResult>) {
-        let (answer, rx) = oneshot::channel();
+    /// A new proposal's seq; its outcome goes to `answers`, by `deadline` at the latest: a
+    /// fixed time after its first client's proposal (see [`PendingTable::answer_overdue`]).
+    pub fn register(&self, deadline: Instant, answers: Vec<Answer>) -> u64 {
         let mut table = self.table.lock();
         let seq = table.next_seq;
         table.next_seq += 1;
@@ -50,11 +78,11 @@ impl PendingTable {
             seq,
             Waiting {
                 deadline,
-                answer,
+                answers,
                 why: None,
             },
         );
-        (seq, rx)
+        seq
     }
 
     /// Records why proposal `seq` is not answered yet (what its overdue answer will say).
@@ -91,8 +119,9 @@ impl PendingTable {
                         if entry.get().deadline > now {
                             break;
                         }
-                        let waiting = entry.remove();
-                        let _ = waiting.answer.send(Err(overdue(waiting.why)));
+                        let mut waiting = entry.remove();
+                        let why = overdue(waiting.why.take());
+                        waiting.answer(Err(why));
                     }
                 }
             }
@@ -112,8 +141,9 @@ impl PendingTable {
 
     /// Answers proposal `seq` (if it still waits).
     pub fn resolve(&self, seq: u64, outcome: ProposalResult) {
-        if let Some(waiting) = self.table.lock().waiting.remove(&seq) {
-            let _ = waiting.answer.send(outcome);
+        let waiting = self.table.lock().waiting.remove(&seq);
+        if let Some(waiting) = waiting {
+            waiting.answer(outcome);
         }
     }
 
@@ -149,8 +179,22 @@ mod tests {
                 .await
         });
         let start = Instant::now();
-        let (late, late_rx) = table.register(start + Duration::from_millis(50));
-        let (answered, answered_rx) = table.register(start + Duration::from_millis(60));
+        let (late_tx, late_rx) = oneshot::channel();
+        let late = table.register(
+            start + Duration::from_millis(50),
+            vec![Answer {
+                ops: 1,
+                to: late_tx,
+            }],
+        );
+        let (answered_tx, answered_rx) = oneshot::channel();
+        let answered = table.register(
+            start + Duration::from_millis(60),
+            vec![Answer {
+                ops: 0,
+                to: answered_tx,
+            }],
+        );
         table.note(late, "applied elsewhere");
         table.resolve(answered, Ok(vec![]));
         let outcome = tokio::time::timeout(Duration::from_secs(5), late_rx)
@@ -168,8 +212,58 @@ mod tests {
         assert_eq!(answered_rx.await.expect("sent"), Ok(vec![]));
         assert_eq!(table.floor(), 2);
         // A proposal registered after the table went empty is answered at its deadline too.
-        let (_, again) = table.register(Instant::now() + Duration::from_millis(50));
+        let (again_tx, again) = oneshot::channel();
+        table.register(
+            Instant::now() + Duration::from_millis(50),
+            vec![Answer {
+                ops: 1,
+                to: again_tx,
+            }],
+        );
         let again = tokio::time::timeout(Duration::from_secs(5), again).await;
         assert!(matches!(again, Ok(Ok(Err(ClusterError::NoLeader { .. })))));
+    }
+
+    /// A proposal that carries several clients' ops answers each with its own results, in
+    /// order; an error goes to all of them.
+    #[test]
+    fn a_shared_proposal_answers_each_client_with_its_own_results() {
+        use flockd_core::OpResult;
+        let table = PendingTable::default();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut receivers = Vec::new();
+        let answers = [2, 0, 1]
+            .into_iter()
+            .map(|ops| {
+                let (to, rx) = oneshot::channel();
+                receivers.push(rx);
+                Answer { ops, to }
+            })
+            .collect();
+        let seq = table.register(deadline, answers);
+        let results = vec![
+            OpResult::ForceRelease(1),
+            OpResult::Advance(7),
+            OpResult::EndSession(2),
+        ];
+        table.resolve(seq, Ok(results.clone()));
+        let got: Vec<_> = receivers
+            .into_iter()
+            .map(|mut rx| rx.try_recv().expect("answered").expect("ok"))
+            .collect();
+        assert_eq!(
+            got,
+            vec![results[..2].to_vec(), vec![], results[2..].to_vec()]
+        );
+
+        let (a, mut rx_a) = oneshot::channel();
+        let (b, mut rx_b) = oneshot::channel();
+        let seq = table.register(
+            deadline,
+            vec![Answer { ops: 1, to: a }, Answer { ops: 1, to: b }],
+        );
+        table.resolve(seq, Err(ClusterError::OutcomeUnknown));
+        assert_eq!(rx_a.try_recv().unwrap(), Err(ClusterError::OutcomeUnknown));
+        assert_eq!(rx_b.try_recv().unwrap(), Err(ClusterError::OutcomeUnknown));
     }
 }

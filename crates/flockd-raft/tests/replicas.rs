@@ -131,9 +131,11 @@ async fn replicas_fed_one_log_have_equal_digests() {
 #[tokio::test]
 async fn a_proposal_logged_twice_applies_once_and_answers_its_node() {
     let mut r = replica(2);
-    let (seq, mut outcome) = r
-        .pending
-        .register(std::time::Instant::now() + std::time::Duration::from_secs(60));
+    let (to, mut outcome) = tokio::sync::oneshot::channel();
+    let seq = r.pending.register(
+        std::time::Instant::now() + std::time::Duration::from_secs(60),
+        vec![flockd_raft::pending::Answer { ops: 1, to }],
+    );
     let first = proposal(2, seq, 100, vec![acquire("once")]);
     let mut retry = first.clone();
     retry.at = Millis(200);

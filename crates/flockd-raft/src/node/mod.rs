@@ -35,7 +35,7 @@ use flockd_core::{Millis, Op};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
 use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
 use crate::error::{ClusterError, StartError};
@@ -92,6 +92,8 @@ struct Node {
     raft: Raft,
     peers: Arc<Peers>,
     pending: Arc<PendingTable>,
+    /// Proposals on their way to be gathered into entries (see `propose`).
+    proposals: mpsc::UnboundedSender<propose::Proposed>,
     clock: Arc<Clock>,
     host: Arc<dyn Apply>,
     log: LogStore,
@@ -293,12 +295,14 @@ impl Cluster {
                 source,
             })?;
         let (leading, _) = watch::channel(false);
+        let (proposals, queued) = mpsc::unbounded_channel();
         let node = Arc::new(Node {
             me,
             settings,
             raft: raft.clone(),
             peers,
             pending,
+            proposals,
             clock,
             host,
             log: log_stats,
@@ -311,6 +315,7 @@ impl Cluster {
             removed: std::sync::atomic::AtomicBool::new(false),
             removal: parking_lot::Mutex::new(None),
         });
+        tokio::spawn(propose::gather(Arc::downgrade(&node), queued));
         tokio::spawn(serve_peers(listener, node.clone()));
         tokio::spawn(count_leader_changes(node.clone()));
         tokio::spawn(members::watch_members(node.clone()));

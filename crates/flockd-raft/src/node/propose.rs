@@ -1,8 +1,78 @@
 //! How a proposal reaches the leader: written here when this node leads, else forwarded over
 //! the cluster port, tried again after every leader change (the same seq, so it takes effect at
 //! most once) until it is answered or `cluster-wait-leader-ms` passes.
+//!
+//! Commands proposed at the same moment (many clients' at once, under load) are gathered into
+//! one proposal, one entry: what a replicated write costs beyond its ops (a trip through
+//! openraft's core, the log's encoding and flush, a replication message per follower, a forward
+//! from a follower, an apply) is then paid once for all of them, as the single node's group
+//! commit does for its file. Their ops keep their order; each client gets its own results.
 
 use super::*;
+
+use crate::pending::Answer;
+
+/// A client's proposal waiting to be gathered.
+pub(super) struct Proposed {
+    ops: Vec<Op>,
+    deadline: Instant,
+    answer: oneshot::Sender<ProposalResult>,
+}
+
+/// The most ops gathered into one proposal (one larger on its own still goes, alone).
+const GATHER_OPS: usize = 512;
+
+/// Gathers the proposals queued at the moment into one and sends it on its way, for as long as
+/// the node lives (its queue closes with it).
+pub(super) async fn gather(
+    node: std::sync::Weak<Node>,
+    mut queue: mpsc::UnboundedReceiver<Proposed>,
+) {
+    let mut held = None;
+    loop {
+        let first = match held.take() {
+            Some(first) => first,
+            None => match queue.recv().await {
+                Some(first) => first,
+                None => return,
+            },
+        };
+        // The commands that are ready to run now (other clients', under load) add theirs
+        // first; with nothing else ready this costs one turn of the scheduler.
+        tokio::task::yield_now().await;
+        let Proposed {
+            mut ops,
+            deadline,
+            answer,
+        } = first;
+        let mut answers = vec![Answer {
+            ops: ops.len(),
+            to: answer,
+        }];
+        while ops.len() < GATHER_OPS {
+            match queue.try_recv() {
+                Ok(next) if ops.len() + next.ops.len() <= GATHER_OPS => {
+                    answers.push(Answer {
+                        ops: next.ops.len(),
+                        to: next.answer,
+                    });
+                    ops.extend(next.ops);
+                }
+                Ok(next) => {
+                    held = Some(next);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        let Some(node) = node.upgrade() else {
+            return;
+        };
+        // The first one's deadline is the earliest: no client waits past its own.
+        let seq = node.pending.register(deadline, answers);
+        tokio::spawn(node.submit(seq, ops, deadline));
+    }
+}
 
 impl Node {
     /// `cluster-wait-leader-ms`: how long a command may wait for a leader to commit it.
@@ -10,14 +80,20 @@ impl Node {
         Duration::from_millis(self.settings.wait_leader_ms)
     }
 
-    pub(super) fn propose(self: &Arc<Self>, mut ops: Vec<Op>) -> oneshot::Receiver<ProposalResult> {
+    pub(super) fn propose(&self, mut ops: Vec<Op>) -> oneshot::Receiver<ProposalResult> {
         // A wait queued from here ends with this node (Op::DropWaits), should it die.
         for op in &mut ops {
             op.set_waiting_node(self.me.node);
         }
-        let deadline = Instant::now() + self.wait_leader();
-        let (seq, outcome) = self.pending.register(deadline);
-        tokio::spawn(self.clone().submit(seq, ops, deadline));
+        let (answer, outcome) = oneshot::channel();
+        let proposed = Proposed {
+            ops,
+            deadline: Instant::now() + self.wait_leader(),
+            answer,
+        };
+        if let Err(mpsc::error::SendError(lost)) = self.proposals.send(proposed) {
+            let _ = lost.answer.send(Err(ClusterError::ShuttingDown));
+        }
         outcome
     }
 
