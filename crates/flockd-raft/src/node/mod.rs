@@ -54,6 +54,12 @@ use flockd_log::Apply;
 /// The openraft instance of a node.
 type Raft = openraft::Raft<FlockRaft, MachineStore>;
 
+/// openraft's watch of the role, the leader, the vote and the membership. Tasks that wait for a
+/// change of leader watch this, not `Raft::metrics()`: that one is sent again on every commit
+/// and apply, and woke each waiting task (every forward in flight among them) each time.
+type ServerMetrics =
+    openraft::alias::WatchReceiverOf<FlockRaft, openraft::metrics::RaftServerMetrics<FlockRaft>>;
+
 /// How a node runs, from flockd's configuration.
 #[derive(Clone, Debug)]
 pub struct ClusterSettings {
@@ -405,7 +411,7 @@ impl Cluster {
     /// Waits until the leader this node knows is no longer `known`, and returns the new one
     /// (`None`: no leader known). Returns `known` when the node shuts down.
     pub async fn leader_changed(&self, known: Option<NodeId>) -> Option<NodeId> {
-        let mut metrics = self.node.raft.metrics();
+        let mut metrics = self.node.raft.server_metrics();
         loop {
             let current = metrics.borrow_watched().current_leader;
             if current != known {

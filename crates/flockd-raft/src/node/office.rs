@@ -62,7 +62,7 @@ pub(super) async fn take_office(node: Arc<Node>) {
 
 /// Counts every new leader this node hears of (not the gaps without one), until it shuts down.
 pub(super) async fn count_leader_changes(node: Arc<Node>) {
-    let mut metrics = node.raft.metrics();
+    let mut metrics = node.raft.server_metrics();
     let mut known = metrics.borrow_watched().current_leader;
     while metrics.changed().await.is_ok() {
         let current = metrics.borrow_watched().current_leader;

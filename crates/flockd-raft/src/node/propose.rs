@@ -101,7 +101,7 @@ impl Node {
     /// again after every failure (the same seq: a copy that did take effect makes the others
     /// no-ops) until it is answered or `deadline` passes.
     pub(super) async fn submit(self: Arc<Self>, seq: u64, ops: Vec<Op>, deadline: Instant) {
-        let mut metrics = self.raft.metrics();
+        let mut metrics = self.raft.server_metrics();
         let mut last_why = "no leader is known".to_owned();
         let proposed = deadline - self.wait_leader();
         loop {
@@ -144,7 +144,7 @@ impl Node {
                     self.figures.forwarded(ops.len());
                     tokio::select! {
                         outcome = self.forward(id, proposal, deadline - now) => outcome,
-                        () = leader_moved_from(self.raft.metrics(), id) => {
+                        () = leader_moved_from(self.raft.server_metrics(), id) => {
                             Forwarded::Failed(format!("node {id} stopped leading while it had the request"))
                         }
                     }
@@ -232,10 +232,7 @@ pub(super) fn not_leading(leader: Option<NodeId>) -> String {
 /// Returns once this node knows a leader other than `leader`: a request sent to a leader that was
 /// paused or cut off is then sent again to the new one at once (the copies share a seq, so at
 /// most one takes effect), instead of waiting out `cluster-wait-leader-ms` on the old one.
-pub(super) async fn leader_moved_from(
-    mut metrics: openraft::alias::WatchReceiverOf<FlockRaft, openraft::RaftMetrics<FlockRaft>>,
-    leader: NodeId,
-) {
+pub(super) async fn leader_moved_from(mut metrics: ServerMetrics, leader: NodeId) {
     loop {
         let current = metrics.borrow_watched().current_leader;
         if current.is_some_and(|id| id != leader) {
@@ -249,10 +246,7 @@ pub(super) async fn leader_moved_from(
 }
 
 /// Waits for news of a leader (or a little while) before the next attempt.
-pub(super) async fn news_of_a_leader(
-    metrics: &mut openraft::alias::WatchReceiverOf<FlockRaft, openraft::RaftMetrics<FlockRaft>>,
-    deadline: Instant,
-) {
+pub(super) async fn news_of_a_leader(metrics: &mut ServerMetrics, deadline: Instant) {
     let pause = Duration::from_millis(50).min(deadline.saturating_duration_since(Instant::now()));
     let _ = tokio::time::timeout(pause, metrics.changed()).await;
 }

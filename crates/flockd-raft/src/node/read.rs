@@ -7,7 +7,7 @@ use super::*;
 impl Node {
     pub(super) async fn read_point(&self) -> Result<Millis, ClusterError> {
         let deadline = Instant::now() + self.wait_leader();
-        let mut metrics = self.raft.metrics();
+        let mut metrics = self.raft.server_metrics();
         let mut last_why = "no leader is known".to_owned();
         loop {
             let now = Instant::now();
@@ -27,7 +27,7 @@ impl Node {
                 Some(id) => {
                     tokio::select! {
                         point = self.read_index_at(id, deadline - now) => point,
-                        () = leader_moved_from(self.raft.metrics(), id) => {
+                        () = leader_moved_from(self.raft.server_metrics(), id) => {
                             ReadPoint::Failed(format!("node {id} stopped leading while it had the read"))
                         }
                     }
