@@ -174,6 +174,9 @@ pub fn check(
         }
         conn.acl_generation = generation;
     }
+    if conn.user.may_run_everything() {
+        return Ok(());
+    }
     let (cats, subs) = &catalog().commands[index];
     let sub = (!subs.is_empty())
         .then(|| {

@@ -226,11 +226,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             self.queue(index, command);
             return Ok(Next::Continue);
         }
-        // A local command sees the effect of every state command before it.
+        // A local command sees the effect of every state command before it; its own time starts
+        // after that wait (without one, at its arrival: one clock reading fewer per command).
+        let mut started = arrived;
         if admission::is_local(index) && self.in_flight > 0 {
             self.resolve().await;
+            started = Instant::now();
         }
-        let started = Instant::now();
         let now = self.shared.proposer.now();
         let mut ctx = Ctx {
             services: &*self.shared,

@@ -208,3 +208,27 @@ fn the_log_groups_repeats_and_keeps_the_newest() {
     log.reset();
     assert!(log.newest(None).is_empty());
 }
+
+/// The admission step's fast path: only a user whose last command rule allows everything and
+/// who may touch every key skips the per-command checks.
+#[test]
+fn only_a_user_allowed_everything_skips_the_checks() {
+    let mut acl = Acl::new(None);
+    assert!(acl.user("default").unwrap().may_run_everything());
+    for (name, words, everything) in [
+        ("all", "on nopass ~* +@all", true),
+        ("allkeys", "on nopass allkeys +@all", true),
+        ("no-keys", "on nopass +@all", false),
+        ("some-keys", "on nopass ~orders:* +@all", false),
+        ("then-deny", "on nopass ~* +@all -@admin", false),
+        ("then-allow", "on nopass ~* +@all +flock.acquire", false),
+        ("flock-only", "on nopass ~* +@flock", false),
+    ] {
+        acl.set_user(name, &rules(words), &known).unwrap();
+        assert_eq!(
+            acl.user(name).unwrap().may_run_everything(),
+            everything,
+            "{name}: {words}"
+        );
+    }
+}

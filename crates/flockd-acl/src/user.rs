@@ -246,6 +246,15 @@ impl User {
             .fold(false, |found, h| found | constant_time_eq(h, &hash))
     }
 
+    /// Whether this user may run every command on every key: its last command rule allows all
+    /// commands (no later rule can take one back) and a `*` key pattern matches every key. The
+    /// admission step then skips the per-command checks (the `default` user, as shipped).
+    pub fn may_run_everything(&self) -> bool {
+        self.commands.last().is_some_and(|rule| {
+            rule.allow && matches!(rule.target, Target::All)
+        }) && self.keys.iter().any(|p| p == "*")
+    }
+
     pub fn can_run(&self, command: CommandInfo<'_>) -> bool {
         let container = command.name.split('|').next().unwrap_or(command.name);
         let mut allowed = false;
