@@ -250,9 +250,10 @@ impl User {
     /// commands (no later rule can take one back) and a `*` key pattern matches every key. The
     /// admission step then skips the per-command checks (the `default` user, as shipped).
     pub fn may_run_everything(&self) -> bool {
-        self.commands.last().is_some_and(|rule| {
-            rule.allow && matches!(rule.target, Target::All)
-        }) && self.keys.iter().any(|p| p == "*")
+        self.commands
+            .last()
+            .is_some_and(|rule| rule.allow && matches!(rule.target, Target::All))
+            && self.keys.iter().any(|p| p == "*")
     }
 
     pub fn can_run(&self, command: CommandInfo<'_>) -> bool {
