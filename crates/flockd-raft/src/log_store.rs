@@ -298,6 +298,8 @@ impl LogStore {
         for (flushed, _) in parked {
             flushed.io_completed(Err(closed()));
         }
+        // The flusher finds the log closed and ends (it would wait for a completion otherwise).
+        self.group.next.notify_one();
     }
 
     /// Queues one synced flush for the appends parked while the last one synced, each time that
