@@ -7,6 +7,7 @@ mod config;
 mod data_dir;
 mod healthcheck;
 mod lock;
+mod log;
 mod logging;
 mod server;
 mod services;

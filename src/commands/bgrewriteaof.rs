@@ -32,16 +32,11 @@ impl CommandDef for BgRewriteAof {
 
 impl LocalCommand for BgRewriteAof {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let Some(aof) = ctx.services.aof() else {
-            return Err(CommandError::Rewrite(
-                "a cluster node has no AOF: its Raft log is compacted by snapshots".into(),
-            ));
-        };
-        match aof.rewrite() {
+        match ctx.services.log().rewrite() {
             Ok(()) => reply(Reply::Simple(
                 "Background append only file rewriting started".into(),
             )),
-            Err(e) => Err(CommandError::Rewrite(e.to_string())),
+            Err(why) => Err(CommandError::Rewrite(why)),
         }
     }
 }

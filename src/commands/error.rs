@@ -152,13 +152,39 @@ pub enum CommandError {
     CachingWithoutTracking,
 }
 
-impl From<crate::services::propose::ProposeError> for CommandError {
-    fn from(e: crate::services::propose::ProposeError) -> Self {
-        match e {
-            crate::services::propose::ProposeError::ClusterDown(why) => {
-                CommandError::ClusterDown(why)
-            }
-            other => CommandError::Misconf(other.to_string()),
+impl From<crate::log::ProposeError> for CommandError {
+    fn from(e: crate::log::ProposeError) -> Self {
+        // The log refused it and nothing was applied: Redis's MISCONF. Otherwise this node
+        // cannot tell the outcome: Redis Cluster's CLUSTERDOWN.
+        match e.is_refusal() {
+            true => CommandError::Misconf(e.to_string()),
+            false => CommandError::ClusterDown(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::ProposeError;
+
+    #[test]
+    fn a_refused_proposal_is_misconf_and_an_unknown_outcome_is_clusterdown() {
+        let reply = |e: ProposeError| CommandError::from(e).to_string();
+        assert_eq!(
+            reply(ProposeError::Stopped),
+            "MISCONF the AOF is shutting down"
+        );
+        assert_eq!(
+            reply(ProposeError::WriteFailed("No space left on device".into())),
+            "MISCONF Errors writing to the AOF file: No space left on device"
+        );
+        // A cluster node that stops has no AOF to name: its client cannot know the outcome.
+        assert_eq!(
+            reply(ProposeError::ShuttingDown),
+            "CLUSTERDOWN the node is shutting down"
+        );
+        assert!(reply(ProposeError::OutcomeUnknown).starts_with("CLUSTERDOWN "));
+        assert!(reply(ProposeError::NotServing("removed".into())).starts_with("CLUSTERDOWN "));
     }
 }

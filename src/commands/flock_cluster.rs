@@ -96,8 +96,7 @@ impl CommandDef for FlockCluster {
                 arity("flock.cluster|add", 2)?;
                 let id = node_id(&args.next_bytes()?)?;
                 let addr = String::from_utf8_lossy(&args.next_bytes()?).into_owned();
-                flockd_raft::parse_addr(id, &addr)
-                    .map_err(|e| CommandError::Cluster(e.to_string()))?;
+                crate::log::check_member_addr(id, &addr).map_err(CommandError::Cluster)?;
                 FlockCluster::Add { id, addr }
             }
             b"REMOVE" => {
@@ -137,7 +136,8 @@ impl LocalCommand for FlockCluster {
                 HELP.iter().map(|l| Reply::Simple((*l).into())).collect(),
             ));
         }
-        let Some(cluster) = ctx.services.cluster().cloned() else {
+        let log = ctx.services.log();
+        let Some(membership) = log.membership() else {
             return Err(CommandError::Cluster(
                 "this flockd is a single node: start it with node-id and cluster-peers".into(),
             ));
@@ -149,15 +149,14 @@ impl LocalCommand for FlockCluster {
         match self {
             FlockCluster::Help => unreachable!("answered above"),
             FlockCluster::Nodes => {
-                let view = cluster.view();
+                let view = log.view();
                 let mut text = String::new();
                 for m in &view.members {
-                    let role = view.role_of(m);
                     text.push_str(&format!(
                         "{} {} {} {} {}\n",
-                        m.id,
-                        m.peer.addr(),
-                        role,
+                        m.id.unwrap_or(0),
+                        m.addr,
+                        m.role,
                         m.index.unwrap_or(0),
                         if m.up { "up" } else { "down" }
                     ));
@@ -165,13 +164,13 @@ impl LocalCommand for FlockCluster {
                 reply(Reply::bulk(text))
             }
             FlockCluster::Add { id, addr } => Ok(Outcome::Await(Box::pin(async move {
-                done(cluster.add(id, &addr).await)
+                done(membership.add(id, addr).await)
             }))),
             FlockCluster::Remove { id } => Ok(Outcome::Await(Box::pin(async move {
-                done(cluster.remove(id).await)
+                done(membership.remove(id).await)
             }))),
             FlockCluster::Leader { id } => Ok(Outcome::Await(Box::pin(async move {
-                done(cluster.transfer_leader(id).await)
+                done(membership.transfer_leader(id).await)
             }))),
         }
     }

@@ -215,52 +215,11 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
             field("http_requests_refused", &read(&s.http_requests_refused));
             field("protocol_errors", &read(&s.protocol_errors));
         }
-        "persistence" if services.aof().is_none() => {
-            // A cluster node keeps its state in the Raft log and its snapshots.
-            field("# Persistence", &"");
-            field("loading", &0);
-            field("rdb_bgsave_in_progress", &0);
-            field("aof_enabled", &0);
-            field("raft_log_fsync", &"always");
-        }
         "persistence" => {
-            let Some(aof) = services.aof() else {
-                return;
-            };
-            let a = aof.stats();
             field("# Persistence", &"");
-            field("loading", &0);
-            field("rdb_bgsave_in_progress", &0);
-            field("aof_enabled", &1);
-            field("aof_fsync", &a.fsync_policy);
-            field("aof_rewrite_in_progress", &u8::from(a.rewrite_in_progress));
-            field("aof_rewrites", &a.rewrites);
-            field(
-                "aof_last_rewrite_time_ms",
-                &a.last_rewrite_duration.map_or(-1, |d| d.as_millis() as i64),
-            );
-            field(
-                "aof_last_bgrewrite_status",
-                &if a.last_rewrite_ok { "ok" } else { "err" },
-            );
-            field(
-                "aof_last_write_status",
-                &if a.write_failed { "err" } else { "ok" },
-            );
-            field("aof_last_error", &a.last_error.as_deref().unwrap_or(""));
-            field("aof_write_errors", &a.write_errors);
-            field("aof_current_size", &a.file_size);
-            field("aof_base_size", &a.size_at_last_rewrite);
-            field("aof_records_written", &a.records_written);
-            field("aof_fsyncs", &a.fsyncs);
-            field("aof_acks_per_fsync", &format!("{:.2}", a.acks_per_fsync));
-            field(
-                "aof_last_fsync_unix_ms",
-                &a.last_fsync_unix_ms.map_or(-1, |ms| ms as i64),
-            );
-            field("aof_batches", &a.batches);
-            field("aof_loaded_records", &services.replayed().records);
-            field("aof_load_time_ms", &services.replayed().elapsed.as_millis());
+            services
+                .log()
+                .persistence_info(&mut |name, value| field(name, value));
         }
         "digest" => {
             field("# Digest", &"");
@@ -270,55 +229,24 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
         }
         "replication" => {
             field("# Replication", &"");
-            match services.cluster() {
-                None => {
-                    field("role", &"master");
-                    field("connected_slaves", &0);
-                }
-                Some(cluster) => {
-                    let v = cluster.view();
-                    let leads = v.role == flockd_raft::Role::Leader;
-                    field("role", &if leads { "master" } else { "slave" });
-                    if !leads && let Some(leader) = v.leader.and_then(|id| v.member(id)) {
-                        field("master_host", &leader.peer.host);
-                        field("master_port", &leader.peer.port);
-                        field("master_link_status", &"up");
-                    } else if !leads {
-                        field("master_link_status", &"down");
-                    }
-                    if leads {
-                        field("connected_slaves", &(v.members.len().saturating_sub(1)));
-                    }
-                    field("raft_node_id", &v.node_id);
-                    field("raft_state", &v.role.as_str());
-                    field("raft_leader_id", &v.leader.unwrap_or(0));
-                    field("raft_term", &v.term);
-                    field("raft_commit_index", &v.commit_index);
-                    field("raft_applied_index", &v.applied_index);
-                    // A removed node lists itself as removed, not as a member.
-                    let members = v
-                        .members
-                        .iter()
-                        .filter(|m| v.removed.is_none() || m.id != v.node_id)
-                        .count();
-                    field("raft_members", &members);
-                    field("raft_removed", &u8::from(v.removed.is_some()));
-                    field(
-                        "raft_members_down",
-                        &v.members.iter().filter(|m| !m.up).count(),
-                    );
-                    field("raft_log_entries_appended", &v.log.entries_appended);
-                    field("raft_log_syncs", &v.log.syncs);
-                    field(
-                        "raft_log_entries_per_sync",
-                        &format!(
-                            "{:.2}",
-                            v.log.entries_appended as f64 / v.log.syncs.max(1) as f64
-                        ),
-                    );
-                    field("raft_duplicates_skipped", &v.duplicates_skipped);
-                }
+            let log = services.log();
+            let v = log.view();
+            let leads = v.role.leads();
+            field("role", &if leads { "master" } else { "slave" });
+            if !leads && let Some(leader) = v.leader() {
+                field("master_host", &leader.host);
+                field("master_port", &leader.port);
+                field("master_link_status", &"up");
+            } else if !leads {
+                field("master_link_status", &"down");
             }
+            if leads {
+                field(
+                    "connected_slaves",
+                    &v.members.iter().filter(|m| !m.is_me).count(),
+                );
+            }
+            log.replication_info(&mut |name, value| field(name, value));
         }
         "locks" => {
             let (l, f, floor) = {

@@ -77,7 +77,7 @@ use flockd_proto::Reply;
 use flockd_core::{Op, OpResult};
 pub use flockd_proto::printable;
 
-use crate::services::propose::ReadPoint;
+use crate::log::ReadWait;
 pub use context::{Blocking, BlockingHook, CommandResult, Ctx, Outcome, Proposal};
 
 /// What every command file provides.
@@ -129,7 +129,7 @@ macro_rules! dispatch {
         Execution::Local(LocalCommand::run($cmd, $ctx))
     };
     (read, $cmd:expr, $ctx:expr, $ty:ty) => {
-        Execution::Local(match $ctx.services.read_point() {
+        Execution::Local(match $ctx.services.log().read_point() {
             None => read_now($cmd, $ctx),
             Some(point) => read_at(point, $cmd, $ctx),
         })
@@ -180,7 +180,7 @@ fn read_now<T: StateCommand>(cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
 /// A read on a cluster node: once the node's applied state holds every write committed before
 /// the read arrived (the leader's read point), it runs there, judging leases by the leader's
 /// clock at that point. So it is linearizable on any node without an entry in the log.
-fn read_at<T: StateCommand>(point: ReadPoint, cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
+fn read_at<T: StateCommand>(point: ReadWait, cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
     let read = read_of(cmd)?;
     let host = ctx.services.host().clone();
     Ok(Outcome::Await(Box::pin(async move {

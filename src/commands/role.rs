@@ -40,24 +40,16 @@ impl LocalCommand for Role {
                 Reply::Array(vec![Reply::bulk(name)]),
             ]));
         }
-        let Some(cluster) = ctx.services.cluster() else {
-            let offset = ctx.machine().position() as i64;
-            return reply(Reply::Array(vec![
-                Reply::bulk("master"),
-                Reply::Integer(offset),
-                Reply::Array(vec![]),
-            ]));
-        };
-        let view = cluster.view();
-        if view.role == flockd_raft::Role::Leader {
+        let view = ctx.services.log().view();
+        if view.role.leads() {
             let replicas = view
                 .members
                 .iter()
-                .filter(|m| m.id != view.node_id)
+                .filter(|m| !m.is_me)
                 .map(|m| {
                     Reply::Array(vec![
-                        Reply::bulk(m.peer.host.clone()),
-                        Reply::bulk(m.peer.port.to_string()),
+                        Reply::bulk(m.host.clone()),
+                        Reply::bulk(m.port.to_string()),
                         Reply::bulk(m.index.unwrap_or(0).to_string()),
                     ])
                 })
@@ -68,11 +60,11 @@ impl LocalCommand for Role {
                 Reply::Array(replicas),
             ]));
         }
-        let leader = view.leader.and_then(|id| view.member(id));
+        let leader = view.leader();
         reply(Reply::Array(vec![
             Reply::bulk("slave"),
-            Reply::bulk(leader.map(|m| m.peer.host.clone()).unwrap_or_default()),
-            Reply::Integer(leader.map_or(0, |m| i64::from(m.peer.port))),
+            Reply::bulk(leader.map(|m| m.host.clone()).unwrap_or_default()),
+            Reply::Integer(leader.map_or(0, |m| i64::from(m.port))),
             Reply::bulk(if leader.is_some() {
                 "connected"
             } else {

@@ -9,6 +9,8 @@
 
 use flockd_proto::Reply;
 
+use crate::log::LogMember;
+
 use super::context::{CommandResult, Ctx, reply};
 use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, printable};
 
@@ -171,43 +173,29 @@ struct Picture {
 
 fn picture(ctx: &Ctx<'_>) -> Picture {
     let config = ctx.services.config().load();
-    let Some(cluster) = ctx.services.cluster() else {
-        let me = Node {
-            id: 1,
-            host: ctx.services.local_addr().ip().to_string(),
-            port: ctx.services.local_addr().port(),
-        };
-        return Picture {
-            leader: Some(me.clone()),
-            me,
-            others: Vec::new(),
-            members: 1,
-            term: 0,
-            applied_index: ctx.machine().position(),
-            election_timeout_ms: 0,
-            wait_leader_ms: 0,
-        };
+    let view = ctx.services.log().view();
+    let local = ctx.services.local_addr();
+    let node = |m: &LogMember| Node {
+        // A single node has no id: it is node 1 of a cluster of one.
+        id: m.id.unwrap_or(1),
+        host: m.host.clone(),
+        port: m.port,
     };
-    let view = cluster.view();
-    let node = |m: &flockd_raft::Member| Node {
-        id: m.id,
-        host: m.peer.host.clone(),
-        port: m.peer.port,
-    };
-    let me = view.member(view.node_id).map(node).unwrap_or(Node {
-        id: view.node_id,
-        host: ctx.services.local_addr().ip().to_string(),
-        port: ctx.services.local_addr().port(),
+    let me = view.me().map(node).unwrap_or(Node {
+        id: view.node_id.unwrap_or(1),
+        host: local.ip().to_string(),
+        port: local.port(),
     });
+    let leader = view.leader();
     let cluster_config = config.cluster.as_ref();
     Picture {
-        leader: view.leader.and_then(|id| view.member(id)).map(node),
         others: view
             .members
             .iter()
-            .filter(|m| Some(m.id) != view.leader)
+            .filter(|m| leader.is_none_or(|l| l.id != m.id))
             .map(node)
             .collect(),
+        leader: leader.map(node),
         me,
         members: view.members.len(),
         term: view.term,

@@ -1,21 +1,18 @@
 //! What a command may use of the running server, and nothing more: the applied state and the
 //! point a read must wait for, the users, the configuration and its changes, the counters, the
-//! connected clients, the figures of the log under the state (the AOF, or the Raft node) and
-//! the addresses it serves on. The server implements it (`crate::server::services`); a command
+//! connected clients, the log under the state (its figures and controls, whichever log it is)
+//! and the addresses it serves on. The server implements it (`crate::server::services`); a command
 //! never sees how the server is wired together.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use flockd_aof::{Aof, ReplayReport};
-use flockd_raft::Cluster;
-
+use crate::log::Log;
 use crate::services::acl::AclState;
 use crate::services::clients::ClientRegistry;
 use crate::services::host::StateHost;
 use crate::services::live_config::{LiveConfig, ReconfigureError};
-use crate::services::propose::ReadPoint;
 use crate::services::stats::ServerStats;
 
 pub trait Services: Send + Sync {
@@ -28,17 +25,11 @@ pub trait Services: Send + Sync {
     fn reset_stats(&self);
     /// The state machine as applied here, with its pub/sub, FLOCK.HOT and waits.
     fn host(&self) -> &Arc<StateHost>;
-    /// Where a read must wait before it runs on a cluster node (`None`: at once).
-    fn read_point(&self) -> Option<ReadPoint>;
     fn acl(&self) -> &AclState;
     fn stats(&self) -> &ServerStats;
     fn clients(&self) -> &ClientRegistry;
-    /// The AOF under a single node's state (`None` on a cluster node).
-    fn aof(&self) -> Option<&Arc<Aof>>;
-    /// The Raft node under a cluster node's state (`None` on a single node).
-    fn cluster(&self) -> Option<&Arc<Cluster>>;
-    /// What loading the AOF at start found.
-    fn replayed(&self) -> &ReplayReport;
+    /// The log under the state: the AOF on a single node, Raft on a cluster node.
+    fn log(&self) -> &dyn Log;
     fn started(&self) -> Instant;
     /// The client port's address (the TLS port's, when only TLS listens).
     fn local_addr(&self) -> SocketAddr;

@@ -110,7 +110,7 @@ pub fn admit(shared: &Shared, config: &Config, conn: &mut ConnState, request: Re
         }
         return refuse(e);
     }
-    if let Err(e) = shared.proposer.check_serving()
+    if let Err(e) = shared.log.check_serving()
         && !REMOVED_NODE_COMMANDS.contains(&meta.name)
     {
         let e = CommandError::from(e);
@@ -130,7 +130,7 @@ pub fn admit(shared: &Shared, config: &Config, conn: &mut ConnState, request: Re
         }
     };
     if meta.flags.write
-        && let Err(e) = shared.proposer.check_writable()
+        && let Err(e) = shared.log.check_writable()
     {
         let e = CommandError::from(e);
         stats::rejected(stat, &e);

@@ -26,8 +26,8 @@ use super::session::Session;
 use super::{PREAUTH_LIMITS, PREAUTH_QUERY_BUFFER, Shared};
 use crate::commands::context::{ConnState, Ctx, Proposal};
 use crate::commands::{CommandError, Execution};
+use crate::log::Committing;
 use crate::services::clients::ClientHandle;
-use crate::services::propose::Pending;
 use crate::services::stats;
 
 /// Flush early after this many replies, so one read of many pipelined commands cannot build an
@@ -58,7 +58,7 @@ pub(super) struct Connection<S> {
     /// proposal per op cost an allocation, a channel and a log entry each).
     unproposed: Vec<Op>,
     /// The batches proposed and not resolved yet, in order.
-    proposals: Vec<Pending>,
+    proposals: Vec<Committing>,
     /// About how many bytes of arguments `unproposed` holds: a batch goes out once it holds
     /// [`BATCH_BYTES`], so big values never add up to one oversized log entry.
     unproposed_bytes: usize,
@@ -233,7 +233,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             self.resolve().await;
             started = Instant::now();
         }
-        let now = self.shared.proposer.now();
+        let now = self.shared.log.now();
         let mut ctx = Ctx {
             services: &*self.shared,
             conn: &mut self.conn,
@@ -303,7 +303,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         if !self.unproposed.is_empty() {
             let ops = std::mem::take(&mut self.unproposed);
             self.unproposed_bytes = 0;
-            self.proposals.push(self.shared.proposer.propose(ops));
+            self.proposals.push(self.shared.log.propose(ops));
         }
     }
 
@@ -313,7 +313,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             return;
         }
         self.propose_gathered();
-        self.shared.proposer.push();
+        self.shared.log.write_now();
         let mut outcomes = Vec::with_capacity(self.proposals.len());
         for pending in self.proposals.drain(..) {
             outcomes.push(pending.await.map(Vec::into_iter));

@@ -10,14 +10,14 @@ use flockd_core::Op;
 use tracing::warn;
 
 use super::Shared;
-use crate::services::propose::commit;
+use crate::log::commit;
 
 /// Leases expired by one op at most (a burst of thousands is split, not one huge record).
 const BATCH: usize = 4096;
 
 pub async fn run(shared: Arc<Shared>) {
     // On a cluster node only the leader's clock times leases: a follower's task waits here.
-    let mut leading = shared.proposer.leadership();
+    let mut leading = shared.log.leadership();
     loop {
         if !*leading.borrow_and_update() {
             tokio::select! {
@@ -26,14 +26,14 @@ pub async fn run(shared: Arc<Shared>) {
             }
             continue;
         }
-        let now = shared.proposer.now();
+        let now = shared.log.now();
         let (due, next) = {
             let mut timers = shared.host.timers();
             let due = timers.due_leases(now, BATCH);
             (due, timers.next_deadline())
         };
         if !due.is_empty() {
-            if let Err(e) = commit(&*shared.proposer, vec![Op::Expire { leases: due }]).await {
+            if let Err(e) = commit(&*shared.log, vec![Op::Expire { leases: due }]).await {
                 // The log cannot take it now (MISCONF); the leases stay scheduled.
                 warn!("cannot expire leases: {e}");
                 tokio::select! {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use flockd_metrics::{
-    CommandErrors, CommandFigures, HistogramData, MetricsSnapshot, MetricsSource, RaftFigures,
+    CommandErrors, CommandFigures, HistogramData, MetricsSnapshot, MetricsSource,
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -53,10 +53,6 @@ fn from_time_histogram(h: &TimeHistogram) -> HistogramData {
     HistogramData::from_counts(&TIME_BOUNDS_SECONDS, &counts, sum)
 }
 
-fn from_fixed(h: &flockd_aof::FixedHistogram) -> HistogramData {
-    HistogramData::from_counts(h.bounds, &h.counts, h.sum)
-}
-
 /// A command's duration histogram in seconds. Its last level also holds every call slower
 /// than a second (Redis's histogram clamps there), so it is reported as +Inf only.
 fn command_duration(stat: &stats::CommandStat) -> HistogramData {
@@ -70,40 +66,12 @@ fn command_duration(stat: &stats::CommandStat) -> HistogramData {
     )
 }
 
-fn raft_figures(cluster: &flockd_raft::Cluster) -> RaftFigures {
-    let view = cluster.view();
-    let figures = cluster.figures();
-    RaftFigures {
-        term: view.term,
-        is_leader: view.role == flockd_raft::Role::Leader,
-        commit_index: view.commit_index,
-        applied_index: view.applied_index,
-        leader_changes: figures.leader_changes,
-        forwarded_commands: figures.forwarded_commands,
-        proposal_duration: HistogramData::from_counts(
-            flockd_raft::PROPOSAL_SECONDS_BOUNDS,
-            &figures.proposal_counts,
-            figures.proposal_seconds_sum,
-        ),
-        log_fsync_duration: HistogramData::from_counts(
-            flockd_raft::LOG_FSYNC_SECONDS_BOUNDS,
-            &figures.log_fsync_counts,
-            figures.log_fsync_seconds_sum,
-        ),
-    }
-}
-
 impl MetricsSource for DaemonMetrics {
     fn ready(&self) -> Result<(), String> {
         match self.shared.get() {
             Some(shared) if shared.shutdown.is_cancelled() => Err("shutting down".into()),
             // A cluster node without a leader cannot commit anything: not ready.
-            Some(shared)
-                if shared
-                    .cluster
-                    .as_ref()
-                    .is_some_and(|c| c.view().leader.is_none()) =>
-            {
+            Some(shared) if !shared.log.view().knows_leader() => {
                 Err("no cluster leader is known".into())
             }
             Some(_) => Ok(()),
@@ -175,10 +143,9 @@ impl MetricsSource for DaemonMetrics {
                 machine.token_floor(),
             )
         };
-        let aof = shared.aof.as_ref().map(|aof| aof.stats());
         let holds = &shared.host.holds;
         let memory = stats::memory(&shared.stats);
-        MetricsSnapshot {
+        let mut snapshot = MetricsSnapshot {
             version,
             connected_clients: shared.clients.connected() as u64,
             blocked_clients: shared.clients.blocked() as u64,
@@ -214,21 +181,12 @@ impl MetricsSource for DaemonMetrics {
             fence_writes_accepted: fences.accepted,
             fence_writes_refused: fences.refused,
             token_floor,
-            // A cluster node has no AOF: those stay at zero.
-            aof_fsync_duration: aof
-                .as_ref()
-                .map(|a| from_fixed(&a.fsync_seconds))
-                .unwrap_or_default(),
-            aof_records_per_fsync: aof
-                .as_ref()
-                .map(|a| from_fixed(&a.records_per_fsync))
-                .unwrap_or_default(),
-            aof_size_bytes: aof.as_ref().map_or(0, |a| a.file_size),
-            aof_rewrites: aof.as_ref().map_or(0, |a| a.rewrites),
-            aof_write_errors: aof.as_ref().map_or(0, |a| a.write_errors),
             memory_used_bytes: memory.used,
             memory_rss_bytes: memory.rss,
-            raft: shared.cluster.as_ref().map(|cluster| raft_figures(cluster)),
-        }
+            // Each log fills in its own figures (a cluster node's AOF ones stay at zero).
+            ..MetricsSnapshot::default()
+        };
+        shared.log.metrics(&mut snapshot);
+        snapshot
     }
 }

@@ -25,7 +25,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flockd_aof::{Aof, AofOptions};
 use flockd_core::{Op, StateMachine};
 use flockd_proto::Limits;
 use tokio::io::AsyncWriteExt;
@@ -35,10 +34,9 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::config::Config;
+use crate::log::{Opened, commit};
 use crate::services::clients::ClientRegistry;
-use crate::services::clock::Clock;
 use crate::services::host::StateHost;
-use crate::services::propose::{LocalLog, Propose, commit};
 
 use crate::services::stats::{self, ServerStats};
 
@@ -57,22 +55,11 @@ pub enum ServerError {
     #[error(transparent)]
     DataDir(#[from] crate::data_dir::DirLockError),
     #[error(transparent)]
-    Aof(#[from] flockd_aof::AofError),
-    #[error("cannot apply {what} at start: {source}")]
-    Start {
-        what: &'static str,
-        source: crate::services::propose::ProposeError,
-    },
+    Log(#[from] crate::log::OpenError),
     #[error("ACL: {0}")]
     Acl(#[from] flockd_acl::AclError),
     #[error("TLS: {0}")]
     Tls(#[from] flockd_tls::TlsError),
-    #[error("cluster: {0}")]
-    Cluster(flockd_raft::StartError),
-    #[error(
-        "{TEST_SYNC_DELAY_VAR} must name a file holding milliseconds from 0 to {TEST_SYNC_DELAY_MAX_MS}: {0}"
-    )]
-    TestSyncDelay(String),
     #[error("the cluster refused this node: {0}")]
     Refused(String),
     #[error("cannot listen on {addr}: {source}")]
@@ -141,24 +128,16 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     };
     // Before anything in `dir` is read: held until the process ends.
     let _dir_lock = crate::data_dir::lock(&config.dir)?;
-    let Started {
-        host,
-        proposer,
-        aof,
-        clock,
-        cluster,
-        replayed,
-    } = match &config.cluster {
-        Some(cluster) => start_cluster(&config, cluster, cluster_tls).await?,
-        None => start_local(&config, bump_tokens).await?,
-    };
+    let Opened { host, log, clock } =
+        crate::log::open(&config, bump_tokens, local_addr, cluster_tls, |machine| {
+            new_host(&config, machine)
+        })
+        .await?;
     let shared = Arc::new(Shared {
         acl: crate::services::acl::AclState::new(users),
         config: crate::services::live_config::LiveConfig::new(config),
         host,
-        proposer,
-        aof,
-        cluster,
+        log,
         clock,
         clients: ClientRegistry::default(),
         monitors: crate::services::monitor::Monitors::default(),
@@ -171,7 +150,6 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         tls,
         tls_addr,
         sentinel_addr,
-        replayed,
     });
 
     metrics.serving(shared.clone());
@@ -179,9 +157,9 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         console.serving(shared.clone());
     }
     let refused = Arc::new(parking_lot::Mutex::new(None));
-    if let Some(cluster) = &shared.cluster {
+    if let Some(refusals) = shared.log.refusals() {
         tokio::spawn(stop_when_refused(
-            cluster.refusals(),
+            refusals,
             shared.shutdown.clone(),
             refused.clone(),
         ));
@@ -245,16 +223,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         warn!("connections still open after {grace:?}; closing them");
     }
     let _ = expiry.await;
-    if let Some(cluster) = &shared.cluster {
-        cluster.shutdown().await;
-        info!("Raft stopped; bye");
-    }
-    if let Some(aof) = shared.aof.clone() {
-        if let Err(e) = tokio::task::spawn_blocking(move || aof.shutdown()).await {
-            error!("AOF shutdown failed: {e}");
-        }
-        info!("AOF flushed and synced; bye");
-    }
+    shared.log.close().await;
     match refused.lock().take() {
         Some(why) => Err(ServerError::Refused(why)),
         None => Ok(()),
@@ -281,41 +250,6 @@ async fn stop_when_refused(
     shutdown.cancel();
 }
 
-/// A single node's state to seed a new cluster with: its AOF, loaded, when the node has no
-/// Raft state yet. Its live leases are re-armed and its waits and SESSION holdings end (their
-/// connections are gone), as a single node's restart does.
-fn seed_from_aof(config: &Config) -> Result<Option<StateMachine>, ServerError> {
-    let aof_path = config.aof_path();
-    if config.dir.join("raft").exists() || !aof_path.exists() {
-        return Ok(None);
-    }
-    let mut machine = StateMachine::new();
-    let replayed = tokio::task::block_in_place(|| flockd_aof::load(&aof_path, &mut machine))
-        .map_err(flockd_aof::AofError::from)?;
-    machine.reset_stats();
-    let at = flockd_core::Millis(machine.time().0 + 1);
-    let position = machine.position() + 1;
-    machine.apply(position, at, &Op::Rearm { extra_ms: 0 });
-    machine.apply(position, at, &Op::EndAllSessions);
-    info!(
-        file = %aof_path.display(),
-        records = replayed.records,
-        floor = machine.token_floor(),
-        "seeding the cluster from the single node's AOF"
-    );
-    Ok(Some(machine))
-}
-
-/// What a start leaves running: the state, the log that changes it, and the clock that stamps.
-struct Started {
-    host: Arc<StateHost>,
-    proposer: Arc<dyn Propose>,
-    aof: Option<Arc<Aof>>,
-    clock: Arc<Clock>,
-    cluster: Option<Arc<flockd_raft::Cluster>>,
-    replayed: flockd_aof::ReplayReport,
-}
-
 fn new_host(config: &Config, machine: StateMachine) -> Arc<StateHost> {
     let host = Arc::new(StateHost::new(machine, config.hot_locks_capacity));
     host.pubsub.configure(
@@ -323,210 +257,6 @@ fn new_host(config: &Config, machine: StateMachine) -> Arc<StateHost> {
         config.client_output_buffer_limit_pubsub,
     );
     host
-}
-
-/// The single node: the AOF loaded into the state machine, opened for appending, live leases
-/// re-armed.
-async fn start_local(config: &Config, bump_tokens: Option<u64>) -> Result<Started, ServerError> {
-    let aof_path = config.aof_path();
-    let mut machine = StateMachine::new();
-    let replayed = tokio::task::block_in_place(|| flockd_aof::load(&aof_path, &mut machine))
-        .map_err(flockd_aof::AofError::from)?;
-    // INFO counts what this run does, not the replayed history.
-    machine.reset_stats();
-    info!(
-        file = %aof_path.display(),
-        records = replayed.records,
-        bytes = replayed.bytes,
-        ms = replayed.elapsed.as_millis() as u64,
-        "AOF loaded"
-    );
-    let (position, last_at) = (machine.position(), machine.time());
-    let rearm = machine.has_holdings_or_waiters();
-    let end_sessions = machine.has_session_holdings();
-    let clock = Arc::new(Clock::continuing_from(last_at));
-    let host = new_host(config, machine);
-    let aof = tokio::task::block_in_place(|| {
-        Aof::open(
-            AofOptions {
-                path: aof_path,
-                fsync: config.appendfsync,
-                rewrite_min_size: config.auto_aof_rewrite_min_size,
-                rewrite_percentage: config.auto_aof_rewrite_percentage,
-            },
-            host.clone(),
-            position,
-            last_at,
-        )
-    })?;
-    let proposer: Arc<dyn Propose> = Arc::new(LocalLog {
-        aof: aof.clone(),
-        clock: clock.clone(),
-        leading: tokio::sync::watch::channel(true).0,
-    });
-    if rearm {
-        // Leases that were live at the stop get their full length from now (a restart never
-        // shortens one); waits died with their connections, and so did every SESSION holding
-        // (after the re-arm, so no waiter of the last run is handed what they free). Applied
-        // now, logged in front of the next entry written (see `Aof::prepend_applied`).
-        let mut ops = vec![Op::Rearm { extra_ms: 0 }];
-        if end_sessions {
-            ops.push(Op::EndAllSessions);
-        }
-        let entry = flockd_log::Entry {
-            position: position + 1,
-            at: clock.now(),
-            ops,
-        };
-        let mut results = Vec::new();
-        flockd_log::Apply::apply(&*host, std::slice::from_ref(&entry), true, &mut results);
-        aof.prepend_applied(entry);
-        info!("re-armed live leases, ended the last run's sessions: {results:?}");
-    }
-    if let Some(by) = bump_tokens {
-        let results = commit(&*proposer, vec![Op::BumpAll { by }])
-            .await
-            .map_err(|source| ServerError::Start {
-                what: "--bump-tokens",
-                source,
-            })?;
-        warn!(
-            by,
-            floor = host.read().token_floor(),
-            "raised every token counter (--bump-tokens): {results:?}"
-        );
-    }
-    Ok(Started {
-        host,
-        proposer,
-        aof: Some(aof),
-        clock,
-        cluster: None,
-        replayed,
-    })
-}
-
-/// The fault harness (tests/faults) plays a slow disk with this: the name of a file that holds
-/// the milliseconds slept before each synced write of the Raft log (no file: 0), read again
-/// every 100 ms so a run can slow a node down and speed it up again. An environment variable,
-/// not a config key, because nothing but a test should ever set it.
-const TEST_SYNC_DELAY_VAR: &str = "FLOCKD_TEST_SYNC_DELAY_FILE";
-const TEST_SYNC_DELAY_MAX_MS: u64 = 1000;
-
-fn test_sync_delay() -> Result<Arc<std::sync::atomic::AtomicU64>, ServerError> {
-    let delay = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let Some(path) = std::env::var_os(TEST_SYNC_DELAY_VAR) else {
-        return Ok(delay);
-    };
-    let path = std::path::PathBuf::from(path);
-    let read = move || read_test_sync_delay(&path);
-    delay.store(read()?, std::sync::atomic::Ordering::Relaxed);
-    tracing::warn!(
-        "{TEST_SYNC_DELAY_VAR} is set: Raft log syncs wait as long as that file says (a test setting)"
-    );
-    let shared = delay.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        loop {
-            tick.tick().await;
-            match read() {
-                Ok(ms) => shared.store(ms, std::sync::atomic::Ordering::Relaxed),
-                Err(e) => tracing::warn!("{e}"),
-            }
-        }
-    });
-    Ok(delay)
-}
-
-/// The milliseconds in the test sync-delay file: 0 without the file, an error for anything but
-/// a number up to [`TEST_SYNC_DELAY_MAX_MS`].
-fn read_test_sync_delay(path: &std::path::Path) -> Result<u64, ServerError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => {
-            return Err(ServerError::TestSyncDelay(format!(
-                "{}: {e}",
-                path.display()
-            )));
-        }
-    };
-    match text.trim().parse::<u64>() {
-        Ok(ms) if ms <= TEST_SYNC_DELAY_MAX_MS => Ok(ms),
-        _ => Err(ServerError::TestSyncDelay(format!(
-            "{}: {text:?}",
-            path.display()
-        ))),
-    }
-}
-
-/// A cluster node: the state from the last snapshot in `dir/raft`, the Raft log after it, the
-/// peers on the cluster port. The leader's duties (re-arming leases, expiring them) start when
-/// this node takes office.
-async fn start_cluster(
-    config: &Config,
-    cluster: &crate::config::ClusterConfig,
-    tls: Option<flockd_tls::ClusterTls>,
-) -> Result<Started, ServerError> {
-    let clock = Arc::new(Clock::continuing_from(flockd_core::Millis(0)));
-    let host = new_host(config, StateMachine::new());
-    let seed = seed_from_aof(config)?;
-    let cport = cluster
-        .peers
-        .iter()
-        .find(|p| p.id == cluster.node_id)
-        .map_or(config.port.saturating_add(10000), |p| p.cport);
-    let settings = flockd_raft::ClusterSettings {
-        node_id: cluster.node_id,
-        peers: cluster.peers.clone(),
-        dir: config.dir.join("raft"),
-        bind: config.bind,
-        cport,
-        heartbeat_ms: cluster.heartbeat_ms,
-        election_timeout_ms: cluster.election_timeout_ms,
-        wait_leader_ms: cluster.wait_leader_ms,
-        snapshot_every: 50_000,
-        log_kept_after_snapshot: 1000,
-        sync_delay_ms: test_sync_delay()?,
-    };
-    let node = match tls {
-        Some(config) => {
-            let transport = flockd_raft::transport::Tls { config };
-            flockd_raft::Cluster::start_on(
-                settings,
-                host.clone(),
-                clock.clone(),
-                seed,
-                Arc::new(transport),
-            )
-            .await
-        }
-        None => flockd_raft::Cluster::start(settings, host.clone(), clock.clone(), seed).await,
-    }
-    .map_err(ServerError::Cluster)?;
-    info!(
-        node = cluster.node_id,
-        peers = %cluster.peers_text(),
-        "cluster node started; the cluster port listens on {}:{cport}",
-        config.bind
-    );
-    let node = Arc::new(node);
-    Ok(Started {
-        host,
-        proposer: Arc::new(crate::services::propose::ClusterLog {
-            cluster: node.clone(),
-        }),
-        aof: None,
-        clock,
-        cluster: Some(node),
-        replayed: flockd_aof::ReplayReport {
-            records: 0,
-            bytes: 0,
-            truncated_at: None,
-            elapsed: Duration::ZERO,
-            version: None,
-        },
-    })
 }
 
 /// The next connection on `listener`; never, without one.
@@ -666,7 +396,7 @@ async fn reclaim_idle_names(shared: Arc<Shared>) {
     const BATCH: usize = 10_000;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     // Only the leader forgets names (the followers apply its Forget ops).
-    let leading = shared.proposer.leadership();
+    let leading = shared.log.leadership();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -687,7 +417,7 @@ async fn reclaim_idle_names(shared: Arc<Shared>) {
                 break;
             }
             let full = names.len() == BATCH;
-            match commit(&*shared.proposer, vec![Op::Forget { names }]).await {
+            match commit(&*shared.log, vec![Op::Forget { names }]).await {
                 Ok(results) => {
                     if let Some(flockd_core::OpResult::Forget(forgotten)) = results.first() {
                         stats::bump(&shared.stats.names_forgotten, *forgotten as u64);
@@ -737,33 +467,4 @@ async fn watch_signals(stopping: CancellationToken, shutdown: CancellationToken)
         _ = shutdown.cancelled() => return,
     }
     stopping.cancel();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_test_sync_delay_file_holds_milliseconds_or_is_refused() {
-        let dir = std::env::temp_dir().join(format!("flockd-sync-delay-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("delay");
-        assert_eq!(read_test_sync_delay(&file).unwrap(), 0, "no file: no delay");
-        std::fs::write(&file, "40\n").unwrap();
-        assert_eq!(read_test_sync_delay(&file).unwrap(), 40);
-        for bad in ["", "fast", "-1", "1001", "4 0"] {
-            std::fs::write(&file, bad).unwrap();
-            let err = read_test_sync_delay(&file).unwrap_err().to_string();
-            assert!(
-                err.contains(TEST_SYNC_DELAY_VAR) && err.contains("0 to 1000"),
-                "{bad:?}: {err}"
-            );
-        }
-        let err = read_test_sync_delay(&dir).unwrap_err().to_string();
-        assert!(
-            err.contains(&dir.display().to_string()),
-            "a directory: {err}"
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 }

@@ -45,24 +45,7 @@ fn make(
         acceptor.reload(&settings).map_err(ReconfigureError::Tls)?;
         tracing::info!("CONFIG SET: TLS certificates reloaded for new connections");
     }
-    if next.appendfsync != old.appendfsync
-        && let Some(aof) = &shared.aof
-    {
-        aof.set_fsync_policy(next.appendfsync);
-    }
-    if (
-        next.auto_aof_rewrite_min_size,
-        next.auto_aof_rewrite_percentage,
-    ) != (
-        old.auto_aof_rewrite_min_size,
-        old.auto_aof_rewrite_percentage,
-    ) && let Some(aof) = &shared.aof
-    {
-        aof.set_auto_rewrite(
-            next.auto_aof_rewrite_min_size,
-            next.auto_aof_rewrite_percentage,
-        );
-    }
+    shared.log.reconfigure(old, &next);
     if next.log_level != old.log_level
         && let Err(e) = logging::set_filter(&next.log_level)
     {

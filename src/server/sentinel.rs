@@ -10,16 +10,9 @@ use super::Shared;
 pub const SWITCH_MASTER: &[u8] = b"+switch-master";
 
 pub async fn announce_leader_changes(shared: Arc<Shared>) {
-    let Some(cluster) = shared.cluster.clone() else {
-        return;
-    };
-    let address = |id| {
-        cluster
-            .view()
-            .member(id)
-            .map(|m| (m.peer.host.clone(), m.peer.port))
-    };
-    let mut known = cluster.view().leader;
+    let log = &shared.log;
+    let address = |id| log.view().member(id).map(|m| (m.host.clone(), m.port));
+    let mut known = log.view().leader_id;
     // The last leader seen, even across a time with no leader (an election), as Sentinel
     // announces from the old master. Kept as an id and resolved only when a change is announced:
     // a new cluster names its first leader before its membership (and so that leader's address)
@@ -28,7 +21,7 @@ pub async fn announce_leader_changes(shared: Arc<Shared>) {
     let mut last = known;
     loop {
         let next = tokio::select! {
-            next = cluster.leader_changed(known) => next,
+            next = log.leader_changed(known) => next,
             () = shared.shutdown.cancelled() => return,
         };
         if next == known {

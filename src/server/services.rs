@@ -4,16 +4,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use flockd_aof::{Aof, ReplayReport};
-use flockd_raft::Cluster;
-
 use super::shared::Shared;
 use crate::commands::Services;
+use crate::log::Log;
 use crate::services::acl::AclState;
 use crate::services::clients::ClientRegistry;
 use crate::services::host::StateHost;
 use crate::services::live_config::{LiveConfig, ReconfigureError};
-use crate::services::propose::ReadPoint;
 use crate::services::stats::{self, ServerStats};
 
 impl Services for Shared {
@@ -34,10 +31,6 @@ impl Services for Shared {
         &self.host
     }
 
-    fn read_point(&self) -> Option<ReadPoint> {
-        self.proposer.read_point()
-    }
-
     fn acl(&self) -> &AclState {
         &self.acl
     }
@@ -50,16 +43,8 @@ impl Services for Shared {
         &self.clients
     }
 
-    fn aof(&self) -> Option<&Arc<Aof>> {
-        self.aof.as_ref()
-    }
-
-    fn cluster(&self) -> Option<&Arc<Cluster>> {
-        self.cluster.as_ref()
-    }
-
-    fn replayed(&self) -> &ReplayReport {
-        &self.replayed
+    fn log(&self) -> &dyn Log {
+        &*self.log
     }
 
     fn started(&self) -> Instant {

@@ -4,16 +4,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use flockd_aof::Aof;
 use tokio_util::sync::CancellationToken;
 
+use crate::log::Log;
 use crate::services::acl::AclState;
 use crate::services::clients::ClientRegistry;
 use crate::services::clock::Clock;
 use crate::services::host::StateHost;
 use crate::services::live_config::LiveConfig;
 use crate::services::monitor::Monitors;
-use crate::services::propose::Propose;
 use crate::services::stats::ServerStats;
 
 /// Everything connections share.
@@ -24,12 +23,8 @@ pub struct Shared {
     pub config: LiveConfig,
     /// The state machine: read by connections, applied to by the log.
     pub host: Arc<StateHost>,
-    /// Where state changes are proposed: the AOF on a single node, Raft on a cluster node.
-    pub proposer: Arc<dyn Propose>,
-    /// The file behind the local log (rewrites, INFO persistence); `None` on a cluster node.
-    pub aof: Option<Arc<Aof>>,
-    /// The Raft node, in cluster mode.
-    pub cluster: Option<Arc<flockd_raft::Cluster>>,
+    /// Where state changes go: the AOF on a single node, Raft on a cluster node.
+    pub log: Arc<dyn Log>,
     pub clock: Arc<Clock>,
     pub clients: ClientRegistry,
     pub monitors: Monitors,
@@ -48,5 +43,4 @@ pub struct Shared {
     /// The TLS port's acceptor (reloaded by SIGHUP and CONFIG SET tls-*) and address.
     pub tls: Option<Arc<flockd_tls::Acceptor>>,
     pub tls_addr: Option<SocketAddr>,
-    pub replayed: flockd_aof::ReplayReport,
 }

@@ -11,8 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flockd_raft::{Cluster, NodeId, Role};
-use tracing::{info, warn};
+use tracing::info;
 
 use super::Shared;
 
@@ -23,18 +22,16 @@ pub async fn stop_when_asked(shared: Arc<Shared>) {
         () = shared.stopping.cancelled() => {}
         () = shared.shutdown.cancelled() => return,
     }
-    if let Some(cluster) = &shared.cluster {
-        let limit = Duration::from_millis(
-            shared
-                .config
-                .load()
-                .cluster
-                .as_ref()
-                .map_or(3000, |c| c.wait_leader_ms),
-        );
-        if hand_over(cluster, limit).await {
-            drain(&shared, limit).await;
-        }
+    let limit = Duration::from_millis(
+        shared
+            .config
+            .load()
+            .cluster
+            .as_ref()
+            .map_or(3000, |c| c.wait_leader_ms),
+    );
+    if shared.log.hand_over(limit).await {
+        drain(&shared, limit).await;
     }
     shared.shutdown.cancel();
 }
@@ -57,55 +54,4 @@ async fn drain(shared: &Shared, limit: Duration) {
         started.elapsed().as_millis(),
         shared.clients.connected()
     );
-}
-
-/// True when another node leads now.
-async fn hand_over(cluster: &Cluster, limit: Duration) -> bool {
-    let view = cluster.view();
-    if view.role != Role::Leader {
-        return false;
-    }
-    let me = view.node_id;
-    let Some(target) = view
-        .members
-        .iter()
-        .filter(|m| m.id != me && m.voter)
-        .max_by_key(|m| m.index.unwrap_or(0))
-        .map(|m| m.id)
-    else {
-        return false; // a cluster of one: nobody to hand over to
-    };
-    match tokio::time::timeout(limit, transfer(cluster, me, target)).await {
-        Ok(Ok(leader)) => {
-            info!("stopping: handed the leadership to node {leader}");
-            true
-        }
-        Ok(Err(e)) => {
-            warn!("stopping: could not hand the leadership to node {target}: {e}");
-            false
-        }
-        Err(_) => {
-            warn!(
-                "stopping: node {target} did not take the leadership within {limit:?}; \
-                 stopping anyway"
-            );
-            false
-        }
-    }
-}
-
-/// Asks `target` to take over and returns the leader that did (it may be another node).
-async fn transfer(cluster: &Cluster, me: NodeId, target: NodeId) -> Result<NodeId, String> {
-    cluster.transfer_leader(target).await?;
-    let mut known = Some(me);
-    loop {
-        let next = cluster.leader_changed(known).await;
-        if next == known {
-            return Err("Raft stopped".into());
-        }
-        if let Some(leader) = next.filter(|l| *l != me) {
-            return Ok(leader);
-        }
-        known = next;
-    }
 }

@@ -2,7 +2,7 @@
 //! together. None of them knows a command or the connection: users and ACL LOG (`acl`), the
 //! running configuration (`live_config`), counters and the slow log (`stats`), connected
 //! clients (`clients`), the applied state and what routes its events (`host`, `waiters`,
-//! `pubsub`, `hot`), the log behind one trait (`propose`), the log's clock (`clock`) and the
+//! `pubsub`, `hot`), the log's clock (`clock`) and the
 //! MONITOR feed (`monitor`).
 
 pub mod acl;
@@ -12,7 +12,6 @@ pub mod host;
 pub mod hot;
 pub mod live_config;
 pub mod monitor;
-pub mod propose;
 pub mod pubsub;
 pub mod stats;
 pub mod waiters;

@@ -44,16 +44,3 @@ impl AofError {
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
 #[error("invalid appendfsync value '{0}': expected always, everysec or no")]
 pub struct ParseFsyncPolicyError(pub String);
-
-/// Why a proposal was not committed: what each waiting proposer receives (cloneable, unlike
-/// [`AofError`], since one failed batch answers many proposers).
-#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
-pub enum CommitError {
-    /// The batch's write or sync failed (or the writer was already failed): nothing of it was
-    /// applied. The server replies `-MISCONF` with this text.
-    #[error("Errors writing to the AOF file: {0}")]
-    WriteFailed(std::sync::Arc<str>),
-    /// The AOF shut down before the proposal was written.
-    #[error("the AOF is shutting down")]
-    ShuttingDown,
-}

@@ -26,12 +26,13 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-pub use error::{AofError, CommitError, ParseFsyncPolicyError};
+pub use error::{AofError, ParseFsyncPolicyError};
 pub use histogram::FixedHistogram;
 // The file format and reading a file back live in flockd-log, which the Raft log's snapshots
 // share; they are the AOF's file API too.
 pub use flockd_log::{CheckReport, FileError, ReplayReport, Version, check, fix, load, record};
-pub use writer::{Aof, AofStats, Committed};
+pub use flockd_log::{ProposalResult, ProposeError};
+pub use writer::{Aof, AofStats};
 
 /// When the writer calls fsync, as Redis's `appendfsync`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

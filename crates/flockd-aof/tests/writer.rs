@@ -18,7 +18,7 @@ use common::{
     read_file, runtime, try_load,
 };
 use flockd_aof::record::{HEADER, Version};
-use flockd_aof::{Aof, AofError, AofOptions, CommitError, FsyncPolicy};
+use flockd_aof::{Aof, AofError, AofOptions, FsyncPolicy, ProposeError};
 use flockd_core::{AcquireResult, Millis, Op, OpResult, StateMachine};
 
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
@@ -329,7 +329,7 @@ fn shutdown_flushes_and_refuses_later_work() {
     let rx = aof.propose(Millis(100), vec![fence("s", 100)]);
     assert_eq!(
         rx.blocking_recv().expect("answered"),
-        Err(CommitError::ShuttingDown)
+        Err(ProposeError::Stopped)
     );
     assert_eq!(aof.appended_seq(), 100, "dropped after shutdown");
     assert_eq!(host.machine.lock().fence_token(b"s"), 99, "not applied");
@@ -340,7 +340,7 @@ fn shutdown_flushes_and_refuses_later_work() {
         rt.block_on(aof.wait_durable(101)),
         Err(AofError::ShuttingDown)
     ));
-    assert!(matches!(aof.check_writable(), Err(AofError::ShuttingDown)));
+    assert!(matches!(aof.check_writable(), Err(ProposeError::Stopped)));
     assert!(matches!(aof.rewrite(), Err(AofError::ShuttingDown)));
     assert_eq!(load_machine(&path).digest(), host.digest());
     drop(aof);

@@ -3,6 +3,7 @@
 //! keep snapshots in the same file format, so this crate holds those and nothing of either log.
 //!
 //! * [`entry`]: the committed entry and the [`Apply`] seam.
+//! * [`proposal`]: what a proposal comes back with ([`ProposalResult`], [`ProposeError`]).
 //! * [`record`]: the file format. An 8-byte header `FLOCKAO2`, then records framed as
 //!   `[u32 LE payload length][u32 LE crc32][payload]`, the checksum covering the length field
 //!   and the payload; a payload is one log entry or an item of a snapshot. Files of the first
@@ -15,12 +16,14 @@
 pub mod entry;
 mod error;
 pub mod fsutil;
+pub mod proposal;
 pub mod record;
 mod replay;
 pub mod snapshot_file;
 
 pub use entry::{Apply, Entry};
 pub use error::FileError;
+pub use proposal::{ProposalResult, ProposeError};
 pub use record::Version;
 pub use replay::{CheckReport, ReplayReport, check, fix, load};
 pub use snapshot_file::{SnapshotFile, save_snapshot, write_snapshot_of};

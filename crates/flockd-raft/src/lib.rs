@@ -28,9 +28,9 @@ pub mod state_machine;
 pub mod transport;
 pub mod types;
 
-pub use error::{ClusterError, StartError};
+pub use error::StartError;
 pub use figures::{LOG_FSYNC_SECONDS_BOUNDS, PROPOSAL_SECONDS_BOUNDS, RaftFiguresRead};
+pub use flockd_log::{ProposalResult, ProposeError};
 pub use node::{Cluster, ClusterSettings, ClusterView, Member, Role};
 pub use peers::{Peer, parse_addr, parse_peers};
-pub use pending::ProposalResult;
 pub use types::{NodeId, RaftProposal};

@@ -14,13 +14,12 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use flockd_core::OpResult;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use crate::error::ClusterError;
+use flockd_log::ProposeError;
 
-pub type ProposalResult = Result<Vec<OpResult>, ClusterError>;
+pub use flockd_log::ProposalResult;
 
 #[derive(Default)]
 struct Table {
@@ -100,7 +99,7 @@ impl PendingTable {
     pub async fn answer_overdue(
         &self,
         limit: std::time::Duration,
-        overdue: impl Fn(Option<String>) -> ClusterError,
+        overdue: impl Fn(Option<String>) -> ProposeError,
     ) {
         loop {
             let next = self
@@ -172,7 +171,7 @@ mod tests {
         let sweeper = table.clone();
         tokio::spawn(async move {
             sweeper
-                .answer_overdue(Duration::from_millis(50), |why| ClusterError::NoLeader {
+                .answer_overdue(Duration::from_millis(50), |why| ProposeError::NoLeader {
                     waited_ms: 50,
                     why: why.unwrap_or_default(),
                 })
@@ -204,7 +203,7 @@ mod tests {
         assert!(start.elapsed() >= Duration::from_millis(50));
         assert_eq!(
             outcome,
-            Err(ClusterError::NoLeader {
+            Err(ProposeError::NoLeader {
                 waited_ms: 50,
                 why: "applied elsewhere".into()
             })
@@ -221,7 +220,7 @@ mod tests {
             }],
         );
         let again = tokio::time::timeout(Duration::from_secs(5), again).await;
-        assert!(matches!(again, Ok(Ok(Err(ClusterError::NoLeader { .. })))));
+        assert!(matches!(again, Ok(Ok(Err(ProposeError::NoLeader { .. })))));
     }
 
     /// A proposal that carries several clients' ops answers each with its own results, in
@@ -262,8 +261,8 @@ mod tests {
             deadline,
             vec![Answer { ops: 1, to: a }, Answer { ops: 1, to: b }],
         );
-        table.resolve(seq, Err(ClusterError::OutcomeUnknown));
-        assert_eq!(rx_a.try_recv().unwrap(), Err(ClusterError::OutcomeUnknown));
-        assert_eq!(rx_b.try_recv().unwrap(), Err(ClusterError::OutcomeUnknown));
+        table.resolve(seq, Err(ProposeError::OutcomeUnknown));
+        assert_eq!(rx_a.try_recv().unwrap(), Err(ProposeError::OutcomeUnknown));
+        assert_eq!(rx_b.try_recv().unwrap(), Err(ProposeError::OutcomeUnknown));
     }
 }

@@ -21,9 +21,9 @@ use tracing::{info, warn};
 use flockd_log::{Apply, Entry};
 
 use crate::dedup::Dedup;
-use crate::error::ClusterError;
 use crate::pending::PendingTable;
 use crate::types::{FlockRaft, LogId, NodeId, RaftResponse, SnapshotMeta, StoredMembership};
+use flockd_log::ProposeError;
 
 /// A snapshot as openraft passes it around: its data file and the dedup table it goes with.
 #[derive(Debug, Clone)]
@@ -375,7 +375,7 @@ impl RaftStateMachine<FlockRaft> for MachineStore {
         // are not in it.
         for seq in self.pending.waiting() {
             if inner.dedup.decided(self.me.node, self.me.incarnation, seq) {
-                self.pending.resolve(seq, Err(ClusterError::OutcomeUnknown));
+                self.pending.resolve(seq, Err(ProposeError::OutcomeUnknown));
             }
         }
         info!(last_log = ?meta.last_log_id, "installed a snapshot from the leader");

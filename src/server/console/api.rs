@@ -34,10 +34,7 @@ fn name_fields(name: &[u8]) -> (String, String) {
 
 pub fn overview(shared: &Shared, history: &History) -> Value {
     let config = shared.config.load();
-    let (locks, position) = {
-        let machine = shared.host.read();
-        (machine.lock_stats(), machine.position())
-    };
+    let locks = shared.host.read().lock_stats();
     let node = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "address": shared.local_addr.to_string(),
@@ -49,63 +46,42 @@ pub fn overview(shared: &Shared, history: &History) -> Value {
         "waiters": locks.waiters,
         "events": config.notify_flock_events,
     });
-    let cluster = match &shared.cluster {
-        None => json!({
-            "mode": "single",
-            "node_id": null,
-            "role": "single",
-            "leader": null,
-            "term": null,
-            "commit_index": position,
-            "applied_index": position,
-            "members": [{
-                "id": null,
-                "address": shared.local_addr.to_string(),
-                "role": "single",
-                "index": position,
-                "lag": 0,
-            }],
-        }),
-        Some(cluster) => {
-            let view = cluster.view();
-            let leading = view.leader == Some(view.node_id);
-            let members: Vec<Value> = view
-                .members
-                .iter()
-                .map(|m| {
-                    let role = view.role_of(m);
-                    // What a member lags by is known on the leader (what each acknowledged)
-                    // and, elsewhere, for this node only (its applied index).
-                    let lag = match m.index {
-                        Some(index) if leading || m.id == view.node_id => {
-                            Some(view.commit_index.saturating_sub(index))
-                        }
-                        _ => None,
-                    };
-                    json!({
-                        "id": m.id,
-                        "address": m.peer.addr().to_string(),
-                        "role": role,
-                        "index": m.index,
-                        "lag": lag,
-                        "up": m.up,
-                    })
-                })
-                .collect();
+    let view = shared.log.view();
+    let single = view.node_id.is_none();
+    let members: Vec<Value> = view
+        .members
+        .iter()
+        .map(|m| {
+            // What a member lags by is known on the leader (what each acknowledged) and,
+            // elsewhere, for this node only (its applied index).
+            let lag = match m.index {
+                Some(index) if view.role.leads() || m.is_me => {
+                    Some(view.commit_index.saturating_sub(index))
+                }
+                _ => None,
+            };
             json!({
-                "mode": "cluster",
-                "node_id": view.node_id,
-                "role": view.role.as_str(),
-                "leader": view.leader,
-                "term": view.term,
-                "commit_index": view.commit_index,
-                "applied_index": view.applied_index,
-                "members": members,
-                // Why this node serves nothing, once it was taken out of the cluster.
-                "removed": view.removed.as_ref().map(|r| r.to_string()),
+                "id": m.id,
+                "address": m.addr,
+                "role": m.role,
+                "index": m.index,
+                "lag": lag,
+                "up": m.up,
             })
-        }
-    };
+        })
+        .collect();
+    let cluster = json!({
+        "mode": if single { "single" } else { "cluster" },
+        "node_id": view.node_id,
+        "role": view.role.as_str(),
+        "leader": view.leader_id,
+        "term": (!single).then_some(view.term),
+        "commit_index": view.commit_index,
+        "applied_index": view.applied_index,
+        "members": members,
+        // Why this node serves nothing, once it was taken out of the cluster.
+        "removed": view.removed,
+    });
     let samples = history.samples();
     json!({
         "node": node,
@@ -180,7 +156,7 @@ pub fn locks(
     from: SearchCursor,
     limit: usize,
 ) -> Value {
-    let now = shared.proposer.now();
+    let now = shared.log.now();
     let machine = shared.host.read();
     let mut found: Vec<Value> = Vec::new();
     let mut cursor = from.scan;

@@ -11,10 +11,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 use crate::commands::context::Proposal;
 use crate::commands::{Blocking, BlockingHook, CommandError};
+use crate::log::{ProposeError, commit};
 use crate::server::connection::{Connection, Next, READ_CHUNK};
 use crate::server::replies::reply_to;
 use crate::services::hot::Contention;
-use crate::services::propose::{ProposeError, commit};
 use crate::services::stats;
 use crate::services::waiters::Grant;
 
@@ -48,7 +48,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 let left = deadline.saturating_duration_since(Instant::now());
                 op.shorten_wait(left.as_millis() as u64);
             }
-            let outcome = commit(&*self.shared.proposer, vec![op.clone()]).await;
+            let outcome = commit(&*self.shared.log, vec![op.clone()]).await;
             let queued = match &outcome {
                 Ok(results) => results.first().and_then(hook.queued),
                 Err(_) => None,
@@ -152,7 +152,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         release_if_granted: bool,
     ) -> Reply {
         let cancel = (hook.cancel)(op, wait, release_if_granted);
-        match commit(&*self.shared.proposer, vec![cancel]).await {
+        match commit(&*self.shared.log, vec![cancel]).await {
             Ok(results) => results
                 .into_iter()
                 .next()

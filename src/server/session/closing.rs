@@ -5,8 +5,8 @@ use bytes::Bytes;
 use tracing::warn;
 
 use crate::commands::{end_session, unsubscribe};
+use crate::log::commit;
 use crate::server::connection::Connection;
-use crate::services::propose::commit;
 
 impl<S> Connection<S> {
     /// Remembers the names a proposal holds for the connection's session, to end at close.
@@ -23,7 +23,7 @@ impl<S> Connection<S> {
         let names = std::mem::take(&mut self.session.holdings);
         if !names.is_empty() {
             let op = end_session(id, names.into_iter().collect());
-            if let Err(e) = commit(&*self.shared.proposer, vec![op]).await {
+            if let Err(e) = commit(&*self.shared.log, vec![op]).await {
                 // The holdings then end with their leases.
                 warn!(
                     client = id,

@@ -37,7 +37,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                             let mut ctx = Ctx {
                                 services: &*self.shared,
                                 conn: &mut self.conn,
-                                now: shared.proposer.now(),
+                                now: shared.log.now(),
                             };
                             if let Ok(Outcome::Reply(reply) | Outcome::Discard(reply)) =
                                 LocalCommand::run(Reset, &mut ctx)

@@ -13,9 +13,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::Transaction;
 use crate::commands::context::{Ctx, Outcome, Proposal};
 use crate::commands::{Command, CommandError, Execution, TABLE, multi};
+use crate::log::{ProposeError, commit};
 use crate::server::connection::{Connection, Next};
 use crate::server::replies::reply_to;
-use crate::services::propose::{ProposeError, commit};
 use crate::services::stats;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
@@ -120,7 +120,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         let mut results: Vec<Option<OpResult>> = if ops.is_empty() {
             Vec::new()
         } else {
-            match commit(&*self.shared.proposer, ops).await {
+            match commit(&*self.shared.log, ops).await {
                 Ok(results) => results.into_iter().map(Some).collect(),
                 Err(e) => {
                     return (
@@ -158,7 +158,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     let mut ctx = Ctx {
                         services: &*self.shared,
                         conn: &mut self.conn,
-                        now: self.shared.proposer.now(),
+                        now: self.shared.log.now(),
                     };
                     let reply = match command.execute(&mut ctx) {
                         Execution::Local(Ok(Outcome::Reply(reply))) => reply,

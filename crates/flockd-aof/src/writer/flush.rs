@@ -12,9 +12,8 @@ use flockd_log::record::encode_entry;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::Committed;
 use crate::FsyncPolicy;
-use crate::error::CommitError;
+use flockd_log::{ProposalResult, ProposeError};
 
 use super::rewrite::write_snapshot;
 use super::shared::{QueuedProposal, SECOND, WriterShared, unix_ms};
@@ -133,7 +132,7 @@ impl Writer {
         }
         if self.failed {
             let error = self.sh.failed.lock().clone().unwrap_or_default();
-            refuse(batch, &CommitError::WriteFailed(error.into()));
+            refuse(batch, &ProposeError::WriteFailed(error.into()));
             self.publish_failed(first, last_seq);
             return;
         }
@@ -144,7 +143,7 @@ impl Writer {
         for QueuedProposal { entry, reply } in batch.drain(..) {
             if let Err(e) = encode_entry(entry.position, entry.at, &entry.ops, &mut self.buf) {
                 // Only this proposal is refused (the server's limits keep records far smaller).
-                let _ = reply.send(Err(CommitError::WriteFailed(e.to_string().into())));
+                let _ = reply.send(Err(ProposeError::WriteFailed(e.to_string().into())));
                 continue;
             }
             self.entries.push(entry);
@@ -194,12 +193,12 @@ impl Writer {
         &mut self,
         msg: String,
         (first, last): (u64, u64),
-        replies: Vec<oneshot::Sender<Committed>>,
+        replies: Vec<oneshot::Sender<ProposalResult>>,
     ) {
         self.entries.clear();
         self.fail(msg.clone());
         self.publish_failed(first, last);
-        let error = CommitError::WriteFailed(msg.into());
+        let error = ProposeError::WriteFailed(msg.into());
         for reply in replies {
             let _ = reply.send(Err(error.clone()));
         }
@@ -348,7 +347,7 @@ impl Writer {
 }
 
 /// Answers every proposal of `batch` with `error`.
-pub(super) fn refuse(batch: &mut Vec<QueuedProposal>, error: &CommitError) {
+pub(super) fn refuse(batch: &mut Vec<QueuedProposal>, error: &ProposeError) {
     for QueuedProposal { reply, .. } in batch.drain(..) {
         let _ = reply.send(Err(error.clone()));
     }

@@ -28,14 +28,14 @@
 //! **Failure.** If a write or fsync fails, the writer cuts the file back to its last good length,
 //! enters the failed state ([`Aof::check_writable`] errs, so the server answers state changes with
 //! `-MISCONF` and keeps serving reads) and answers the batch's proposers with
-//! [`CommitError::WriteFailed`]: nothing of the batch is applied. While failed it refuses every
+//! [`ProposeError::WriteFailed`]: nothing of the batch is applied. While failed it refuses every
 //! proposal and, once a second, tries a rewrite from the state machine (which holds exactly what
 //! was acknowledged) into a new file: the old file is never trusted again, not even by a later
 //! fsync, since the kernel may have dropped the pages of the failed write.
 //!
 //! **Shutdown** writes and syncs what is queued (whatever the policy), abandons a running
 //! rewrite, tries a last rewrite if the writer is failed, and stops the thread. Later proposals
-//! get [`CommitError::ShuttingDown`].
+//! get [`ProposeError::Stopped`].
 //!
 //! The rooms: this file is the handle ([`Aof`]: open, propose, policy, stats, shutdown);
 //! `shared` what the handle and the writer thread share (queue, progress, counters); `flush`
@@ -57,25 +57,22 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use flockd_core::{Millis, Op, OpResult};
+use flockd_core::{Millis, Op};
 use flockd_log::fsutil::{read_exact_at, rewrite_tmp_path, sync_parent_dir};
 use flockd_log::record::{HEADER, encode_entry};
 use flockd_log::{Apply, Entry, FileError};
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::{oneshot, watch};
 
-use crate::error::{AofError, CommitError};
+use crate::error::AofError;
 use crate::histogram::FixedHistogram;
 use crate::{AofOptions, FsyncPolicy};
+use flockd_log::{ProposalResult, ProposeError};
 
 use flush::run_writer;
 use rewrite::upgrade;
 use shared::{Progress, Queue, QueuedProposal, WriterCounters, WriterShared, policy_to_u8};
 use state::Writer;
-
-/// What a proposer receives: the results of its ops, in order, once they are durable and
-/// applied.
-pub type Committed = Result<Vec<OpResult>, CommitError>;
 
 /// The append-only file. Share it as `Arc<Aof>`; dropping the last reference shuts it down.
 pub struct Aof {
@@ -274,12 +271,12 @@ impl Aof {
     /// that is later: log time never goes back). The receiver gets the ops' results once the
     /// entry is durable and applied, or why it never will be. Never blocks on I/O; under
     /// `everysec` and `no` call [`Aof::write_now`] (or wait for the writer's poll).
-    pub fn propose(&self, at: Millis, ops: Vec<Op>) -> oneshot::Receiver<Committed> {
+    pub fn propose(&self, at: Millis, ops: Vec<Op>) -> oneshot::Receiver<ProposalResult> {
         let (reply, receiver) = oneshot::channel();
         {
             let mut q = self.sh.queue.lock();
             if q.stop {
-                let _ = reply.send(Err(CommitError::ShuttingDown));
+                let _ = reply.send(Err(ProposeError::Stopped));
                 return receiver;
             }
             q.last_seq += 1;
@@ -373,12 +370,12 @@ impl Aof {
 
     /// Ok unless the writer is failed (`Err(WriteFailed)`: refuse state changes with
     /// `-MISCONF`, keep serving reads) or shut down (`Err(ShuttingDown)`).
-    pub fn check_writable(&self) -> Result<(), AofError> {
+    pub fn check_writable(&self) -> Result<(), ProposeError> {
         if let Some(msg) = self.sh.failed.lock().clone() {
-            return Err(AofError::WriteFailed(msg));
+            return Err(ProposeError::WriteFailed(msg.into()));
         }
         if self.sh.stopped.load(Ordering::Acquire) {
-            return Err(AofError::ShuttingDown);
+            return Err(ProposeError::Stopped);
         }
         Ok(())
     }

@@ -11,14 +11,14 @@ use flockd_log::{Apply, Entry, SnapshotFile};
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::{oneshot, watch};
 
-use super::Committed;
 use crate::FsyncPolicy;
 use crate::error::AofError;
 use crate::histogram::{FSYNC_SECONDS_BOUNDS, FixedHistogram, RECORDS_PER_FSYNC_BOUNDS};
+use flockd_log::ProposalResult;
 /// A queued proposal.
 pub(super) struct QueuedProposal {
     pub(super) entry: Entry,
-    pub(super) reply: oneshot::Sender<Committed>,
+    pub(super) reply: oneshot::Sender<ProposalResult>,
 }
 
 /// How long the failed writer waits between recovery attempts, and the `everysec` interval.

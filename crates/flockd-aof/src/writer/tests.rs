@@ -14,6 +14,7 @@ use super::*;
 use crate::load;
 use crate::record::{Payload, Record, Version, decode_record};
 use bytes::Bytes;
+use flockd_core::OpResult;
 use flockd_core::{Snapshot, StateMachine};
 
 /// The state machine as the log's applier.
@@ -97,7 +98,7 @@ fn open(path: &Path, fsync: FsyncPolicy, host: &Arc<Host>) -> Arc<Aof> {
 }
 
 /// Proposes `ops` and waits for the answer (pushing the write under `everysec`/`no`).
-fn commit(rt: &tokio::runtime::Runtime, aof: &Aof, at: u64, ops: Vec<Op>) -> Committed {
+fn commit(rt: &tokio::runtime::Runtime, aof: &Aof, at: u64, ops: Vec<Op>) -> ProposalResult {
     let rx = aof.propose(Millis(at), ops);
     aof.write_now();
     rt.block_on(rx).expect("answered")
@@ -135,9 +136,9 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn assert_write_failed(r: &Committed) {
+fn assert_write_failed(r: &ProposalResult) {
     match r {
-        Err(CommitError::WriteFailed(m)) => assert!(m.contains("No space left"), "{m}"),
+        Err(ProposeError::WriteFailed(m)) => assert!(m.contains("No space left"), "{m}"),
         other => panic!("expected WriteFailed, got {other:?}"),
     }
 }
@@ -179,7 +180,7 @@ fn a_failed_write_refuses_applies_nothing_and_recovers_by_rewrite() {
     );
     assert!(matches!(
         aof.check_writable(),
-        Err(AofError::WriteFailed(ref m)) if m.contains("No space left")
+        Err(ProposeError::WriteFailed(ref m)) if m.contains("No space left")
     ));
     let st = aof.stats();
     assert!(st.write_failed, "{st:?}");
@@ -205,7 +206,7 @@ fn a_failed_write_refuses_applies_nothing_and_recovers_by_rewrite() {
     // A proposal made while failed is refused, and not applied either.
     let refused = commit(&rt, &aof, 30, vec![fence("c", 3)]);
     assert!(
-        matches!(refused, Err(CommitError::WriteFailed(_))),
+        matches!(refused, Err(ProposeError::WriteFailed(_))),
         "{refused:?}"
     );
     assert!(rt.block_on(aof.wait_durable(aof.appended_seq())).is_err());
@@ -267,7 +268,7 @@ fn a_failed_write_on_the_proposers_thread() {
     assert_eq!(host.machine.lock().fence_token(b"b"), 0);
     assert!(matches!(
         commit(&rt, &aof, 25, vec![fence("c", 3)]),
-        Err(CommitError::WriteFailed(_))
+        Err(ProposeError::WriteFailed(_))
     ));
     wait_until("recovery", || aof.check_writable().is_ok());
     assert_eq!(

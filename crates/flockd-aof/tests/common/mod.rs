@@ -18,7 +18,7 @@ use flockd_aof::record::{
     HEADER, HEADER_V1, Payload, Record, Version, decode_record, encode_entry, encode_item,
     encode_snapshot_begin, encode_v1,
 };
-use flockd_aof::{Aof, AofError, AofOptions, Committed, FileError, FsyncPolicy, ReplayReport};
+use flockd_aof::{Aof, AofError, AofOptions, FileError, FsyncPolicy, ProposalResult, ReplayReport};
 use flockd_core::{
     HoldingRef, Millis, Op, OpResult, Snapshot, SnapshotItem, StateMachine, V1Change, WaitId,
 };
@@ -538,7 +538,7 @@ impl Sim {
 
     /// Proposes one random entry (sometimes a transaction of a few ops), pushing the write
     /// under `everysec`/`no` as the server does.
-    pub fn step(&self, rng: &mut Rng, aof: &Aof) -> oneshot::Receiver<Committed> {
+    pub fn step(&self, rng: &mut Rng, aof: &Aof) -> oneshot::Receiver<ProposalResult> {
         let now = Millis(self.clock.fetch_add(1 + rng.below(30), Ordering::Relaxed));
         let ops = {
             let mut m = self.host.machine.lock();

@@ -38,18 +38,20 @@ use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
-use crate::error::{ClusterError, StartError};
+use crate::error::StartError;
 use crate::figures::{RaftFigures, RaftFiguresRead};
 use crate::identity::{Identities, Identity};
 use crate::log_store::{LogStore, node as basic_node};
 use crate::network::{Forwarded, NetworkFactory, Peers, ReadPoint, Request, Response};
 use crate::peer_server::{PeerHandler, serve_connection};
 use crate::peers::{Peer, parse_addr};
-use crate::pending::{PendingTable, ProposalResult};
+use crate::pending::PendingTable;
 use crate::state_machine::{MachineStore, Me};
 use crate::transport::{BoxFuture, Listener, Tcp, Transport};
 use crate::types::{FlockRaft, NodeId, Origin, RaftProposal};
 use flockd_log::Apply;
+use flockd_log::ProposalResult;
+use flockd_log::ProposeError;
 
 /// The openraft instance of a node.
 type Raft = openraft::Raft<FlockRaft, MachineStore>;
@@ -330,7 +332,7 @@ impl Cluster {
         tokio::spawn(async move {
             pending
                 .answer_overdue(Duration::from_millis(waited_ms), |why| {
-                    ClusterError::NoLeader {
+                    ProposeError::NoLeader {
                         waited_ms,
                         why: why.unwrap_or_else(|| NOT_IN_TIME.to_owned()),
                     }
@@ -394,7 +396,7 @@ impl Cluster {
     /// committed before the call is applied here (the leader's ReadIndex, confirmed by a quorum).
     /// Returns the leader's clock at that point, what the read judges leases by. Tried again
     /// after a leader change, until `cluster-wait-leader-ms`, as a proposal is.
-    pub async fn read_point(&self) -> Result<Millis, ClusterError> {
+    pub async fn read_point(&self) -> Result<Millis, ProposeError> {
         self.node.read_point().await
     }
 

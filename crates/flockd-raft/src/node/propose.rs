@@ -92,7 +92,7 @@ impl Node {
             answer,
         };
         if let Err(mpsc::error::SendError(lost)) = self.proposals.send(proposed) {
-            let _ = lost.answer.send(Err(ClusterError::ShuttingDown));
+            let _ = lost.answer.send(Err(ProposeError::ShuttingDown));
         }
         outcome
     }
@@ -112,7 +112,7 @@ impl Node {
             if now >= deadline {
                 self.pending.resolve(
                     seq,
-                    Err(ClusterError::NoLeader {
+                    Err(ProposeError::NoLeader {
                         waited_ms: self.settings.wait_leader_ms,
                         why: last_why,
                     }),

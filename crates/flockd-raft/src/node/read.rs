@@ -5,14 +5,14 @@ use super::propose::{leader_moved_from, news_of_a_leader, not_leading};
 use super::*;
 
 impl Node {
-    pub(super) async fn read_point(&self) -> Result<Millis, ClusterError> {
+    pub(super) async fn read_point(&self) -> Result<Millis, ProposeError> {
         let deadline = Instant::now() + self.wait_leader();
         let mut metrics = self.raft.server_metrics();
         let mut last_why = "no leader is known".to_owned();
         loop {
             let now = Instant::now();
             if now >= deadline {
-                return Err(ClusterError::NoLeader {
+                return Err(ProposeError::NoLeader {
                     waited_ms: self.settings.wait_leader_ms,
                     why: last_why,
                 });
@@ -45,10 +45,10 @@ impl Node {
                     {
                         Ok(_) => Ok(at),
                         Err(openraft::metrics::WaitError::ShuttingDown) => {
-                            Err(ClusterError::ShuttingDown)
+                            Err(ProposeError::ShuttingDown)
                         }
                         Err(openraft::metrics::WaitError::Timeout(..)) => {
-                            Err(ClusterError::NoLeader {
+                            Err(ProposeError::NoLeader {
                                 waited_ms: self.settings.wait_leader_ms,
                                 why: format!("this node had not applied index {index} yet"),
                             })

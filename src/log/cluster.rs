@@ -1,0 +1,427 @@
+//! A cluster node's log: Raft (`flockd-raft`). A proposal made here reaches the leader
+//! (forwarded if need be), and its results come from this node's own apply of the committed
+//! entry; a read waits for the leader's read point; the leader hands its office over at a stop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flockd_core::{Millis, Op, StateMachine};
+use flockd_metrics::{HistogramData, MetricsSnapshot, RaftFigures};
+use flockd_raft::{Cluster, ClusterView, NodeId, Role};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::{
+    BoxFuture, Committing, Fields, Log, LogMember, LogRole, LogView, Membership, OpenError, Opened,
+    ProposeError, ReadWait,
+};
+use crate::config::{ClusterConfig, Config};
+use crate::services::clock::Clock;
+use crate::services::host::StateHost;
+
+pub struct ClusterLog {
+    cluster: Arc<Cluster>,
+}
+
+/// Starts this node's Raft: the state from the last snapshot in `dir/raft`, the log after it,
+/// the peers on the cluster port; a new cluster's first node seeds it from a single node's AOF.
+/// The leader's duties (re-arming leases, expiring them) start when this node takes office.
+pub async fn open(
+    config: &Config,
+    cluster: &ClusterConfig,
+    tls: Option<flockd_tls::ClusterTls>,
+    new_host: impl FnOnce(StateMachine) -> Arc<StateHost>,
+) -> Result<Opened, OpenError> {
+    let clock = Arc::new(Clock::continuing_from(Millis(0)));
+    let host = new_host(StateMachine::new());
+    let seed = seed_from_aof(config)?;
+    let cport = cluster
+        .peers
+        .iter()
+        .find(|p| p.id == cluster.node_id)
+        .map_or(config.port.saturating_add(10000), |p| p.cport);
+    let settings = flockd_raft::ClusterSettings {
+        node_id: cluster.node_id,
+        peers: cluster.peers.clone(),
+        dir: config.dir.join("raft"),
+        bind: config.bind,
+        cport,
+        heartbeat_ms: cluster.heartbeat_ms,
+        election_timeout_ms: cluster.election_timeout_ms,
+        wait_leader_ms: cluster.wait_leader_ms,
+        snapshot_every: 50_000,
+        log_kept_after_snapshot: 1000,
+        sync_delay_ms: test_sync_delay()?,
+    };
+    let node = match tls {
+        Some(config) => {
+            let transport = flockd_raft::transport::Tls { config };
+            Cluster::start_on(
+                settings,
+                host.clone(),
+                clock.clone(),
+                seed,
+                Arc::new(transport),
+            )
+            .await
+        }
+        None => Cluster::start(settings, host.clone(), clock.clone(), seed).await,
+    }
+    .map_err(OpenError::Cluster)?;
+    info!(
+        node = cluster.node_id,
+        peers = %cluster.peers_text(),
+        "cluster node started; the cluster port listens on {}:{cport}",
+        config.bind
+    );
+    Ok(Opened {
+        host,
+        log: Arc::new(ClusterLog {
+            cluster: Arc::new(node),
+        }),
+        clock,
+    })
+}
+
+/// A single node's state to seed a new cluster with: its AOF, loaded, when the node has no
+/// Raft state yet. Its live leases are re-armed and its waits and SESSION holdings end (their
+/// connections are gone), as a single node's restart does.
+fn seed_from_aof(config: &Config) -> Result<Option<StateMachine>, OpenError> {
+    let aof_path = config.aof_path();
+    if config.dir.join("raft").exists() || !aof_path.exists() {
+        return Ok(None);
+    }
+    let mut machine = StateMachine::new();
+    let replayed = tokio::task::block_in_place(|| flockd_aof::load(&aof_path, &mut machine))
+        .map_err(flockd_aof::AofError::from)?;
+    machine.reset_stats();
+    let at = flockd_core::Millis(machine.time().0 + 1);
+    let position = machine.position() + 1;
+    machine.apply(position, at, &Op::Rearm { extra_ms: 0 });
+    machine.apply(position, at, &Op::EndAllSessions);
+    info!(
+        file = %aof_path.display(),
+        records = replayed.records,
+        floor = machine.token_floor(),
+        "seeding the cluster from the single node's AOF"
+    );
+    Ok(Some(machine))
+}
+
+/// The fault harness (tests/faults) plays a slow disk with this: the name of a file that holds
+/// the milliseconds slept before each synced write of the Raft log (no file: 0), read again
+/// every 100 ms so a run can slow a node down and speed it up again. An environment variable,
+/// not a config key, because nothing but a test should ever set it.
+pub(super) const TEST_SYNC_DELAY_VAR: &str = "FLOCKD_TEST_SYNC_DELAY_FILE";
+pub(super) const TEST_SYNC_DELAY_MAX_MS: u64 = 1000;
+
+fn test_sync_delay() -> Result<Arc<std::sync::atomic::AtomicU64>, OpenError> {
+    let delay = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let Some(path) = std::env::var_os(TEST_SYNC_DELAY_VAR) else {
+        return Ok(delay);
+    };
+    let path = std::path::PathBuf::from(path);
+    let read = move || read_test_sync_delay(&path);
+    delay.store(read()?, std::sync::atomic::Ordering::Relaxed);
+    tracing::warn!(
+        "{TEST_SYNC_DELAY_VAR} is set: Raft log syncs wait as long as that file says (a test setting)"
+    );
+    let shared = delay.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            match read() {
+                Ok(ms) => shared.store(ms, std::sync::atomic::Ordering::Relaxed),
+                Err(e) => tracing::warn!("{e}"),
+            }
+        }
+    });
+    Ok(delay)
+}
+
+/// The milliseconds in the test sync-delay file: 0 without the file, an error for anything but
+/// a number up to [`TEST_SYNC_DELAY_MAX_MS`].
+fn read_test_sync_delay(path: &std::path::Path) -> Result<u64, OpenError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => {
+            return Err(OpenError::TestSyncDelay(format!("{}: {e}", path.display())));
+        }
+    };
+    match text.trim().parse::<u64>() {
+        Ok(ms) if ms <= TEST_SYNC_DELAY_MAX_MS => Ok(ms),
+        _ => Err(OpenError::TestSyncDelay(format!(
+            "{}: {text:?}",
+            path.display()
+        ))),
+    }
+}
+
+fn view_of(v: &ClusterView) -> LogView {
+    let role = match v.role {
+        Role::Leader => LogRole::Leader,
+        Role::Follower => LogRole::Follower,
+        Role::Candidate => LogRole::Candidate,
+        Role::Learner => LogRole::Learner,
+        Role::Shutdown => LogRole::Shutdown,
+        Role::Removed => LogRole::Removed,
+    };
+    LogView {
+        node_id: Some(v.node_id),
+        role,
+        leader_id: v.leader,
+        term: v.term,
+        commit_index: v.commit_index,
+        applied_index: v.applied_index,
+        members: v
+            .members
+            .iter()
+            .map(|m| LogMember {
+                id: Some(m.id),
+                host: m.peer.host.clone(),
+                port: m.peer.port,
+                addr: m.peer.addr(),
+                role: v.role_of(m),
+                index: m.index,
+                up: m.up,
+                is_me: m.id == v.node_id,
+            })
+            .collect(),
+        removed: v.removed.as_ref().map(|r| r.to_string()),
+    }
+}
+
+fn raft_figures(cluster: &Cluster) -> RaftFigures {
+    let view = cluster.view();
+    let figures = cluster.figures();
+    RaftFigures {
+        term: view.term,
+        is_leader: view.role == Role::Leader,
+        commit_index: view.commit_index,
+        applied_index: view.applied_index,
+        leader_changes: figures.leader_changes,
+        forwarded_commands: figures.forwarded_commands,
+        proposal_duration: HistogramData::from_counts(
+            flockd_raft::PROPOSAL_SECONDS_BOUNDS,
+            &figures.proposal_counts,
+            figures.proposal_seconds_sum,
+        ),
+        log_fsync_duration: HistogramData::from_counts(
+            flockd_raft::LOG_FSYNC_SECONDS_BOUNDS,
+            &figures.log_fsync_counts,
+            figures.log_fsync_seconds_sum,
+        ),
+    }
+}
+
+impl Log for ClusterLog {
+    fn propose(&self, ops: Vec<Op>) -> Committing {
+        Committing::new(self.cluster.propose(ops), ProposeError::ShuttingDown)
+    }
+
+    fn write_now(&self) {}
+
+    fn check_serving(&self) -> Result<(), ProposeError> {
+        match self.cluster.removed() {
+            Some(removal) => Err(ProposeError::NotServing(removal.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    fn check_writable(&self) -> Result<(), ProposeError> {
+        // A node without a leader keeps a command for `cluster-wait-leader-ms` before it
+        // answers -CLUSTERDOWN, so nothing is refused up front.
+        Ok(())
+    }
+
+    fn now(&self) -> Millis {
+        self.cluster.now()
+    }
+
+    fn leadership(&self) -> watch::Receiver<bool> {
+        self.cluster.leadership()
+    }
+
+    fn read_point(&self) -> Option<ReadWait> {
+        let cluster = self.cluster.clone();
+        Some(Box::pin(async move { cluster.read_point().await }))
+    }
+
+    fn view(&self) -> LogView {
+        view_of(&self.cluster.view())
+    }
+
+    fn persistence_info(&self, field: Fields<'_>) {
+        // The state is kept in the Raft log and its snapshots.
+        field("loading", &0);
+        field("rdb_bgsave_in_progress", &0);
+        field("aof_enabled", &0);
+        field("raft_log_fsync", &"always");
+    }
+
+    fn replication_info(&self, field: Fields<'_>) {
+        let v = self.cluster.view();
+        field("raft_node_id", &v.node_id);
+        field("raft_state", &v.role.as_str());
+        field("raft_leader_id", &v.leader.unwrap_or(0));
+        field("raft_term", &v.term);
+        field("raft_commit_index", &v.commit_index);
+        field("raft_applied_index", &v.applied_index);
+        // A removed node lists itself as removed, not as a member.
+        let members = v
+            .members
+            .iter()
+            .filter(|m| v.removed.is_none() || m.id != v.node_id)
+            .count();
+        field("raft_members", &members);
+        field("raft_removed", &u8::from(v.removed.is_some()));
+        field(
+            "raft_members_down",
+            &v.members.iter().filter(|m| !m.up).count(),
+        );
+        field("raft_log_entries_appended", &v.log.entries_appended);
+        field("raft_log_syncs", &v.log.syncs);
+        field(
+            "raft_log_entries_per_sync",
+            &format!(
+                "{:.2}",
+                v.log.entries_appended as f64 / v.log.syncs.max(1) as f64
+            ),
+        );
+        field("raft_duplicates_skipped", &v.duplicates_skipped);
+    }
+
+    fn metrics(&self, snapshot: &mut MetricsSnapshot) {
+        snapshot.raft = Some(raft_figures(&self.cluster));
+    }
+
+    fn rewrite(&self) -> Result<(), String> {
+        Err("a cluster node has no AOF: its Raft log is compacted by snapshots".into())
+    }
+
+    fn membership(&self) -> Option<Box<dyn Membership>> {
+        Some(Box::new(Members(self.cluster.clone())))
+    }
+
+    fn reconfigure(&self, _old: &Config, _next: &Config) {}
+
+    fn hand_over(&self, limit: Duration) -> BoxFuture<'_, bool> {
+        Box::pin(hand_over(&self.cluster, limit))
+    }
+
+    fn leader_changed(&self, known: Option<u64>) -> BoxFuture<'_, Option<u64>> {
+        Box::pin(self.cluster.leader_changed(known))
+    }
+
+    fn refusals(&self) -> Option<watch::Receiver<Option<String>>> {
+        Some(self.cluster.refusals())
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.cluster.shutdown().await;
+            info!("Raft stopped; bye");
+        })
+    }
+}
+
+struct Members(Arc<Cluster>);
+
+impl Membership for Members {
+    fn add(&self, id: u64, addr: String) -> BoxFuture<'static, Result<(), String>> {
+        let cluster = self.0.clone();
+        Box::pin(async move { cluster.add(id, &addr).await })
+    }
+
+    fn remove(&self, id: u64) -> BoxFuture<'static, Result<(), String>> {
+        let cluster = self.0.clone();
+        Box::pin(async move { cluster.remove(id).await })
+    }
+
+    fn transfer_leader(&self, id: u64) -> BoxFuture<'static, Result<(), String>> {
+        let cluster = self.0.clone();
+        Box::pin(async move { cluster.transfer_leader(id).await })
+    }
+}
+
+/// True when another node leads now.
+async fn hand_over(cluster: &Cluster, limit: Duration) -> bool {
+    let view = cluster.view();
+    if view.role != Role::Leader {
+        return false;
+    }
+    let me = view.node_id;
+    let Some(target) = view
+        .members
+        .iter()
+        .filter(|m| m.id != me && m.voter)
+        .max_by_key(|m| m.index.unwrap_or(0))
+        .map(|m| m.id)
+    else {
+        return false; // a cluster of one: nobody to hand over to
+    };
+    match tokio::time::timeout(limit, transfer(cluster, me, target)).await {
+        Ok(Ok(leader)) => {
+            info!("stopping: handed the leadership to node {leader}");
+            true
+        }
+        Ok(Err(e)) => {
+            warn!("stopping: could not hand the leadership to node {target}: {e}");
+            false
+        }
+        Err(_) => {
+            warn!(
+                "stopping: node {target} did not take the leadership within {limit:?}; \
+                 stopping anyway"
+            );
+            false
+        }
+    }
+}
+
+/// Asks `target` to take over and returns the leader that did (it may be another node).
+async fn transfer(cluster: &Cluster, me: NodeId, target: NodeId) -> Result<NodeId, String> {
+    cluster.transfer_leader(target).await?;
+    let mut known = Some(me);
+    loop {
+        let next = cluster.leader_changed(known).await;
+        if next == known {
+            return Err("Raft stopped".into());
+        }
+        if let Some(leader) = next.filter(|l| *l != me) {
+            return Ok(leader);
+        }
+        known = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_test_sync_delay_file_holds_milliseconds_or_is_refused() {
+        let dir = std::env::temp_dir().join(format!("flockd-sync-delay-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("delay");
+        assert_eq!(read_test_sync_delay(&file).unwrap(), 0, "no file: no delay");
+        std::fs::write(&file, "40\n").unwrap();
+        assert_eq!(read_test_sync_delay(&file).unwrap(), 40);
+        for bad in ["", "fast", "-1", "1001", "4 0"] {
+            std::fs::write(&file, bad).unwrap();
+            let err = read_test_sync_delay(&file).unwrap_err().to_string();
+            assert!(
+                err.contains(TEST_SYNC_DELAY_VAR) && err.contains("0 to 1000"),
+                "{bad:?}: {err}"
+            );
+        }
+        let err = read_test_sync_delay(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains(&dir.display().to_string()),
+            "a directory: {err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
