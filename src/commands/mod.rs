@@ -139,6 +139,16 @@ macro_rules! dispatch {
     };
 }
 
+/// A state command's proposal, as [`Command::execute`] makes it; any other command stays itself.
+macro_rules! propose {
+    (state, $variant:ident, $cmd:expr, $client_id:expr, $ty:ty) => {
+        Ok(proposal::<$ty>($cmd, $client_id))
+    };
+    ($kind:ident, $variant:ident, $cmd:expr, $client_id:expr, $ty:ty) => {
+        Err(Command::$variant($cmd))
+    };
+}
+
 /// In a transaction, state commands and reads become ops of the transaction's one entry; local
 /// commands stay themselves (they run after it).
 macro_rules! transact {
@@ -238,6 +248,14 @@ macro_rules! command_table {
             pub fn execute(self, ctx: &mut Ctx<'_>) -> Execution {
                 match self {
                     $(Command::$variant(cmd) => dispatch!($kind, cmd, ctx, $ty),)*
+                }
+            }
+
+            /// What a state command of connection `client_id` proposes, outside a transaction
+            /// (what [`Command::execute`] hands back for it); any other command stays itself.
+            pub fn into_proposal(self, client_id: u64) -> Result<Proposal, Command> {
+                match self {
+                    $(Command::$variant(cmd) => propose!($kind, $variant, cmd, client_id, $ty),)*
                 }
             }
 

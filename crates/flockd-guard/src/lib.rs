@@ -4,14 +4,14 @@
 //! `baseline.toml`.
 //!
 //! What is covered, and what is not:
-//! * [`OpPath::run`]: request bytes -> flockd-proto's parser -> an [`Op`] -> `StateMachine::apply`
-//!   -> a [`Reply`] -> RESP2 bytes. The step from a parsed request to an op and from a result to
-//!   a reply is done here by [`to_op`] and [`to_reply`], small stand-ins for the daemon's typed
-//!   commands (`src/commands`, `Args` and each command's `parse`/`into_op`/`reply`): those live
-//!   in the daemon binary, which is not a library, so the daemon's argument parsing, its
-//!   admission step (auth, ACL, arity, MISCONF), the command table lookup, the proposal through
-//!   the AOF writer and the per-command bookkeeping (SLOWLOG, LATENCY, HOT, metrics) are NOT
-//!   measured. A regression there needs the wall-clock comparison (`perf-guard`).
+//! * [`OpPath::run`]: request bytes -> flockd-proto's parser -> the daemon's own command layer
+//!   (`flockd::commands`: the table lookup, the command's argument parsing with the default
+//!   configuration's limits, the op it proposes) -> `StateMachine::apply` -> the command's own
+//!   reply -> RESP2 bytes. Not measured: the rest of admission (ACL, which the default user
+//!   skips; the sentinel, subscribed-mode and removed-node checks; MISCONF), which reads the
+//!   running server's shared state; the proposal through the AOF writer or Raft; the
+//!   per-command bookkeeping (SLOWLOG, LATENCY, HOT, metrics). A regression there needs the
+//!   wall-clock comparison (`perf-guard`).
 //! * [`encode_aof_entries`]: flockd-aof's record encoding of log entries (framing, checksum);
 //!   not the writer's queueing, its `write` or its sync.
 //! * [`encode_raft_payloads`] and [`decode_raft_payloads`]: the Raft log store's codec for an
@@ -23,30 +23,20 @@
 //!   or the proposal through the log.
 
 use bytes::{Bytes, BytesMut};
+use flockd::commands::{self, ArgLimits, Command};
 use flockd_aof::record::{RecordTooLarge, encode_entry};
-use flockd_core::{AcquireResult, Millis, Op, OpResult, StateMachine, Terms, Wait};
+use flockd_core::{Millis, Op, OpResult, StateMachine, Terms, Wait};
 use flockd_proto::{Limits, ProtocolError, ProtocolVersion, Reply, Request, RequestParser, encode};
 use flockd_raft::types::{EntryPayload, Origin, RaftProposal};
 
+/// The connection the guarded commands come from (it owns their holdings).
+pub const CLIENT_ID: u64 = 1;
 /// The lease every guarded acquire asks for, in ms.
 pub const LEASE_MS: u64 = 30_000;
 /// The log time the guarded ops are stamped with.
 pub const START: Millis = Millis(1_000);
 /// Leases expired by one op at most: the expiry task's batch (`src/server/expiry.rs`, `BATCH`).
 pub const EXPIRY_BATCH: usize = 4096;
-
-/// Why a request could not become an op in the stand-in dispatch.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum DispatchError {
-    #[error("ERR unknown command '{0}'")]
-    UnknownCommand(String),
-    #[error("ERR wrong number of arguments for '{0}' command")]
-    Arity(&'static str),
-    #[error("ERR value is not an integer or out of range")]
-    NotAnInteger,
-    #[error("ERR syntax error")]
-    Syntax,
-}
 
 /// Why the guarded path stopped.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +82,7 @@ pub fn op_path_requests(names: usize) -> BytesMut {
 pub struct OpPath {
     parser: RequestParser,
     limits: Limits,
+    arg_limits: ArgLimits,
     pub machine: StateMachine,
     position: u64,
     /// The RESP2 replies written so far, as the connection would send them.
@@ -109,6 +100,7 @@ impl OpPath {
         OpPath {
             parser: RequestParser::new(),
             limits: Limits::default(),
+            arg_limits: ArgLimits::of(&flockd::config::Config::default()),
             machine: StateMachine::new(),
             position: 0,
             out: BytesMut::with_capacity(64 * 1024),
@@ -120,13 +112,13 @@ impl OpPath {
     pub fn run(&mut self, input: &mut BytesMut) -> Result<usize, GuardError> {
         let mut served = 0;
         while let Some(request) = self.parser.parse(input, &self.limits)? {
-            let reply = match to_op(&request) {
-                Ok(op) => {
+            let reply = match proposal_of(request, self.arg_limits) {
+                Ok(proposal) => {
                     self.position += 1;
-                    let applied = self.machine.apply(self.position, START, &op);
-                    to_reply(applied.result)
+                    let applied = self.machine.apply(self.position, START, &proposal.op);
+                    (proposal.reply)(applied.result).unwrap_or_else(|e| Reply::error(e.to_string()))
                 }
-                Err(e) => Reply::error(e.to_string()),
+                Err(reply) => reply,
             };
             encode(&reply, ProtocolVersion::Resp2, &mut self.out);
             served += 1;
@@ -135,86 +127,20 @@ impl OpPath {
     }
 }
 
-fn arg_u64(arg: &Bytes) -> Result<u64, DispatchError> {
-    flockd_proto::parse_int(arg)
-        .and_then(|n| u64::try_from(n).ok())
-        .ok_or(DispatchError::NotAnInteger)
-}
-
-/// The stand-in for the daemon's typed commands: the four guarded commands, their plain forms
-/// (plus `OWNER` on an acquire and `LOCK` on a fenced write), into the op the daemon proposes.
-pub fn to_op(request: &Request) -> Result<Op, DispatchError> {
-    let args = &request.args;
-    let name = request.name();
-    if name.eq_ignore_ascii_case(b"FLOCK.ACQUIRE") {
-        let (lock, lease) = match args.get(1..3) {
-            Some([lock, lease]) => (lock.clone(), arg_u64(lease)?),
-            _ => return Err(DispatchError::Arity("flock.acquire")),
-        };
-        let owner = match args.get(3..) {
-            Some([]) | None => None,
-            Some([word, owner]) if word.eq_ignore_ascii_case(b"OWNER") => Some(owner.clone()),
-            Some(_) => return Err(DispatchError::Syntax),
-        };
-        Ok(Op::Acquire {
-            name: lock,
-            lease_ms: lease,
-            owner,
-            wait: Wait::No,
-            terms: Terms::default(),
-        })
-    } else if name.eq_ignore_ascii_case(b"FLOCK.RELEASE") {
-        match &args[1..] {
-            [lock, token] => Ok(Op::Release {
-                name: lock.clone(),
-                token: arg_u64(token)?,
-            }),
-            _ => Err(DispatchError::Arity("flock.release")),
-        }
-    } else if name.eq_ignore_ascii_case(b"FLOCK.RENEW") {
-        match &args[1..] {
-            [lock, token, lease] => Ok(Op::Renew {
-                name: lock.clone(),
-                token: arg_u64(token)?,
-                lease_ms: arg_u64(lease)?,
-            }),
-            _ => Err(DispatchError::Arity("flock.renew")),
-        }
-    } else if name.eq_ignore_ascii_case(b"FENCE.SET") {
-        let (key, token, value) = match args.get(1..4) {
-            Some([key, token, value]) => (key.clone(), arg_u64(token)?, value.clone()),
-            _ => return Err(DispatchError::Arity("fence.set")),
-        };
-        let lock = match args.get(4..) {
-            Some([]) | None => None,
-            Some([word, lock]) if word.eq_ignore_ascii_case(b"LOCK") => Some(lock.clone()),
-            Some(_) => return Err(DispatchError::Syntax),
-        };
-        Ok(Op::FenceSet {
-            key,
-            token,
-            value,
-            lock,
-        })
-    } else {
-        Err(DispatchError::UnknownCommand(
-            String::from_utf8_lossy(name).into_owned(),
-        ))
-    }
-}
-
-/// The stand-in for the typed commands' `reply`: the result of one of the four guarded ops as
-/// the daemon answers it.
-pub fn to_reply(result: OpResult) -> Reply {
-    match result {
-        OpResult::Acquire(AcquireResult::Granted(token)) => Reply::Integer(token as i64),
-        OpResult::Acquire(_) => Reply::Null,
-        OpResult::Release(Ok(free)) => Reply::Integer(free.into()),
-        OpResult::Renew(Ok(())) => Reply::Integer(1),
-        OpResult::Release(Err(e)) | OpResult::Renew(Err(e)) => Reply::error(e.to_string()),
-        OpResult::FenceSet(stored) => Reply::Integer(stored.into()),
-        other => Reply::error(format!("ERR unexpected result {other:?}")),
-    }
+/// The daemon's own steps from a request to what a state command proposes: the table lookup,
+/// the command's parse, its op and reply. `Err`: the reply the daemon gives instead.
+pub fn proposal_of(
+    request: Request,
+    limits: ArgLimits,
+) -> Result<commands::context::Proposal, Reply> {
+    let Some(index) = commands::lookup(&request.args[0]) else {
+        return Err(commands::unknown_command(&request.args));
+    };
+    let command =
+        commands::parse(index, request.args, limits).map_err(|e| Reply::error(e.to_string()))?;
+    command
+        .into_proposal(CLIENT_ID)
+        .map_err(|other: Command| Reply::error(format!("ERR {other:?} proposes nothing")))
 }
 
 /// The ops of the guarded batch, as the daemon would propose them for [`op_path_requests`]
@@ -223,9 +149,10 @@ pub fn batch_ops(names: usize) -> Vec<Op> {
     let mut parser = RequestParser::new();
     let mut input = op_path_requests(names);
     let mut ops = Vec::with_capacity(names * 5);
+    let limits = ArgLimits::of(&flockd::config::Config::default());
     while let Ok(Some(request)) = parser.parse(&mut input, &Limits::default()) {
-        if let Ok(op) = to_op(&request) {
-            ops.push(op);
+        if let Ok(proposal) = proposal_of(request, limits) {
+            ops.push(proposal.op);
         }
     }
     ops
@@ -341,26 +268,26 @@ mod tests {
     }
 
     #[test]
-    fn the_stand_in_dispatch_refuses_what_the_daemon_refuses() {
+    fn the_daemons_own_commands_refuse_with_its_own_errors() {
         let request = |args: &[&str]| Request {
             args: args.iter().map(|a| Bytes::from(a.to_string())).collect(),
         };
+        let limits = ArgLimits::of(&flockd::config::Config::default());
+        let refusal = |args: &[&str]| match proposal_of(request(args), limits) {
+            Err(Reply::Error(text)) => text.to_string(),
+            Err(other) => panic!("{args:?}: {other:?}"),
+            Ok(proposal) => panic!("{args:?} proposed {:?}", proposal.op),
+        };
         assert_eq!(
-            to_op(&request(&["FLOCK.RELEASE", "x"])),
-            Err(DispatchError::Arity("flock.release"))
+            refusal(&["FLOCK.RELEASE", "x"]),
+            "ERR wrong number of arguments for 'flock.release' command"
         );
+        assert!(refusal(&["FLOCK.RENEW", "x", "-1", "5"]).starts_with("ERR "));
         assert_eq!(
-            to_op(&request(&["FLOCK.RENEW", "x", "-1", "5"])),
-            Err(DispatchError::NotAnInteger)
+            refusal(&["FLOCK.ACQUIRE", "x", "5", "OWNER"]),
+            "ERR syntax error"
         );
-        assert_eq!(
-            to_op(&request(&["FLOCK.ACQUIRE", "x", "5", "OWNER"])),
-            Err(DispatchError::Syntax)
-        );
-        assert!(matches!(
-            to_op(&request(&["NOPE"])),
-            Err(DispatchError::UnknownCommand(_))
-        ));
+        assert!(refusal(&["NOPE"]).starts_with("ERR unknown command"));
     }
 
     #[test]
