@@ -1,5 +1,5 @@
 //! A cluster of real `flockd` processes on loopback ports, for the tests that need one
-//! (tests/cluster.rs, tests/sentinel.rs): started, killed and restarted by index, asked by raw
+//! (tests/cluster/cluster.rs, tests/cluster/sentinel.rs): started, killed and restarted by index, asked by raw
 //! RESP, waited on for an agreed leader.
 
 use std::collections::HashMap;

@@ -3,7 +3,7 @@
 # (test_readme_snippet.py) as written against a real flockd:
 #   Go with redigo, Node with ioredis and with node-redis, Python with redis-py,
 # plus the clients' own MULTI/EXEC APIs (tests/examples/multi.js). The Rust example runs in
-# `cargo test` (tests/examples.rs).
+# `cargo test` (tests/operations/examples.rs).
 #
 #   FLOCKD_BIN=target/debug/flockd bash tests/examples/run.sh      (cargo build -p flockd first)
 #
