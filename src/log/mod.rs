@@ -1,13 +1,14 @@
 //! The log: where this node's state changes go, and the one value the server and the commands
-//! hold of it. A single node writes them to its append-only file ([`local`]); a cluster node
-//! proposes them to Raft ([`cluster`]). Everything the rest of the daemon asks of a log
+//! hold of it. A single node writes them to its append-only file ([`aof`]); a cluster node
+//! proposes them to Raft ([`raft`]). Everything the rest of the daemon asks of a log
 //! (proposing, the read point, whether it serves and takes writes, what INFO, ROLE, the metrics
 //! and the console show, and controls such as BGREWRITEAOF, FLOCK.CLUSTER and a leader's
 //! hand-over at a stop) is a method of [`Log`], so only this folder knows which one runs. A
 //! router over several Raft groups would be one more [`Log`], with no command changed.
 
-pub mod cluster;
-pub mod local;
+pub mod aof;
+pub mod open;
+pub mod raft;
 mod view;
 
 use std::fmt::Display;
@@ -48,26 +49,9 @@ pub enum OpenError {
     },
     #[error("cluster: {0}")]
     Cluster(flockd_raft::StartError),
-    #[error(
-        "{var} must name a file holding milliseconds from 0 to {max}: {0}",
-        var = cluster::TEST_SYNC_DELAY_VAR,
-        max = cluster::TEST_SYNC_DELAY_MAX_MS
-    )]
+    /// The fault harness's sync-delay file is unusable (see `raft::test_sync_delay`).
+    #[error("{0}")]
     TestSyncDelay(String),
-}
-
-/// Opens the log the configuration asks for: Raft with `cluster-peers`, else the AOF.
-pub async fn open(
-    config: &Config,
-    bump_tokens: Option<u64>,
-    addr: std::net::SocketAddr,
-    cluster_tls: Option<flockd_tls::ClusterTls>,
-    new_host: impl FnOnce(flockd_core::StateMachine) -> Arc<StateHost>,
-) -> Result<Opened, OpenError> {
-    match &config.cluster {
-        Some(cluster) => cluster::open(config, cluster, cluster_tls, new_host).await,
-        None => local::open(config, bump_tokens, addr, new_host).await,
-    }
 }
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::Shared;
+use super::shared::Shared;
 use crate::commands::TABLE;
 use crate::services::clients::ClientHandle;
 use crate::services::stats::{self, SlowArgs};

@@ -1,10 +1,11 @@
 //! Admission: the one step every request passes before it runs, whatever its kind. Lookup,
 //! authentication, ACL permissions (command and keys), arity and argument parsing, and for state
-//! changes whether the log can take them (MISCONF). Cluster checks will go here too.
+//! changes whether the log can take them (MISCONF); on a cluster node taken out of its
+//! cluster, whether it serves at all.
 
 use flockd_proto::{Reply, Request};
 
-use super::Shared;
+use super::shared::Shared;
 use crate::commands::context::ConnState;
 use crate::commands::{self, Command, CommandError, IS_STATE, TABLE};
 use crate::config::Config;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use flockd_core::Op;
 use tracing::warn;
 
-use super::Shared;
+use super::shared::Shared;
 use crate::log::commit;
 
 /// Leases expired by one op at most (a burst of thousands is split, not one huge record).
@@ -28,7 +28,7 @@ pub async fn run(shared: Arc<Shared>) {
         }
         let now = shared.log.now();
         let (due, next) = {
-            let mut timers = shared.host.timers();
+            let mut timers = shared.host.lock_timers();
             let due = timers.due_leases(now, BATCH);
             (due, timers.next_deadline())
         };

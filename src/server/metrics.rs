@@ -11,7 +11,7 @@ use flockd_metrics::{
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::Shared;
+use super::shared::Shared;
 use crate::commands::TABLE;
 use crate::services::stats::{
     self, HISTOGRAM_BUCKETS, TIME_BOUNDS_SECONDS, TimeHistogram, bucket_usec,

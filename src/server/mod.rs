@@ -17,7 +17,6 @@ pub mod reconfigure;
 mod replies;
 mod sentinel;
 mod services;
-mod session;
 mod shared;
 mod stopping;
 
@@ -26,7 +25,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flockd_core::{Op, StateMachine};
-use flockd_proto::Limits;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -40,15 +38,7 @@ use crate::services::host::StateHost;
 
 use crate::services::stats::{self, ServerStats};
 
-pub use shared::Shared;
-
-/// Redis's input limits for clients that have not authenticated yet.
-pub const PREAUTH_LIMITS: Limits = Limits {
-    max_bulk_len: 16 * 1024,
-    max_args: 10,
-    max_inline_len: 16 * 1024,
-};
-pub const PREAUTH_QUERY_BUFFER: usize = 1024 * 1024;
+pub use shared::{PREAUTH_LIMITS, PREAUTH_QUERY_BUFFER, Shared};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -129,7 +119,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     // Before anything in `dir` is read: held until the process ends.
     let _dir_lock = crate::data_dir::lock(&config.dir)?;
     let Opened { host, log, clock } =
-        crate::log::open(&config, bump_tokens, local_addr, cluster_tls, |machine| {
+        crate::log::open::open(&config, bump_tokens, local_addr, cluster_tls, |machine| {
             new_host(&config, machine)
         })
         .await?;
@@ -364,13 +354,13 @@ fn accept(
             let shared = shared.clone();
             connections.spawn(async move {
                 match handshake(&shared, stream, peer).await {
-                    Some(tls) => connection::serve(shared, tls, handle).await,
+                    Some(tls) => connection::serve::serve(shared, tls, handle).await,
                     None => shared.clients.unregister(handle.id),
                 }
             });
         }
         Some(handle) => {
-            connections.spawn(connection::serve(shared.clone(), stream, handle));
+            connections.spawn(connection::serve::serve(shared.clone(), stream, handle));
         }
         None => {
             // Reply and close off the accept loop, so a flood of refused clients never stalls it.
@@ -410,7 +400,7 @@ async fn reclaim_idle_names(shared: Arc<Shared>) {
         loop {
             let host = shared.host.clone();
             let names =
-                tokio::task::spawn_blocking(move || host.timers().idle_candidates(max, BATCH))
+                tokio::task::spawn_blocking(move || host.lock_timers().idle_candidates(max, BATCH))
                     .await
                     .unwrap_or_default();
             if names.is_empty() {

@@ -2,24 +2,10 @@
 //! changes that need more than the new value (the AOF's fsync policy and rewrite thresholds, the
 //! log filter, TLS, pub/sub, requirepass) and then publishes it, one change at a time.
 
-use flockd_proto::Limits;
-
-use super::Shared;
+use super::shared::Shared;
 use crate::config::Config;
 use crate::logging;
 use crate::services::live_config::ReconfigureError;
-
-impl Shared {
-    /// The request parser's limits for authenticated clients.
-    pub fn limits(&self) -> Limits {
-        let config = self.config.load();
-        Limits {
-            max_bulk_len: config.proto_max_bulk_len,
-            max_args: config.max_args,
-            max_inline_len: config.max_inline_len,
-        }
-    }
-}
 
 /// CONFIG SET: every change checked first, then all made. Blocking when the fsync policy
 /// changes to `always` (what was written before is synced first).

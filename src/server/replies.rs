@@ -8,8 +8,8 @@ use std::time::Instant;
 use flockd_core::OpResult;
 use flockd_proto::{ProtocolVersion, Reply};
 
-use super::Shared;
 use super::accounting;
+use super::shared::Shared;
 use crate::commands::CommandError;
 use crate::services::clients::ClientHandle;
 use crate::services::stats;

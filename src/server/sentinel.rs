@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::Shared;
+use super::shared::Shared;
 
 pub const SWITCH_MASTER: &[u8] = b"+switch-master";
 

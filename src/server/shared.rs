@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use flockd_proto::Limits;
 use tokio_util::sync::CancellationToken;
 
 use crate::log::Log;
@@ -43,4 +44,24 @@ pub struct Shared {
     /// The TLS port's acceptor (reloaded by SIGHUP and CONFIG SET tls-*) and address.
     pub tls: Option<Arc<flockd_tls::Acceptor>>,
     pub tls_addr: Option<SocketAddr>,
+}
+
+/// Redis's input limits for clients that have not authenticated yet.
+pub const PREAUTH_LIMITS: Limits = Limits {
+    max_bulk_len: 16 * 1024,
+    max_args: 10,
+    max_inline_len: 16 * 1024,
+};
+pub const PREAUTH_QUERY_BUFFER: usize = 1024 * 1024;
+
+impl Shared {
+    /// The request parser's limits for authenticated clients.
+    pub fn limits(&self) -> Limits {
+        let config = self.config.load();
+        Limits {
+            max_bulk_len: config.proto_max_bulk_len,
+            max_args: config.max_args,
+            max_inline_len: config.max_inline_len,
+        }
+    }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tracing::info;
 
-use super::Shared;
+use super::shared::Shared;
 
 /// Waits for a stop to be asked for, hands the leadership over if this node leads, then starts
 /// the shutdown proper.

@@ -93,8 +93,9 @@ impl StateHost {
     }
 
     /// For the timer tasks: the machine's deadline index and recency marks, and nothing that
-    /// changes its state (only an applied entry does that).
-    pub fn timers(&self) -> Timers<'_> {
+    /// changes its state (only an applied entry does that). Holds the machine's write lock
+    /// until dropped (the index is walked in place), so keep it short.
+    pub fn lock_timers(&self) -> Timers<'_> {
         Timers(self.machine.write())
     }
 

@@ -102,7 +102,7 @@ impl<'de> Deserialize<'de> for RaftProposal {
 
 /// What openraft hands back for an applied entry. Results travel another way: every node
 /// computes them when it applies, and the proposing node answers its client from its own
-/// apply (see `node::Pending`).
+/// apply (see `pending::PendingTable`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RaftResponse;
 

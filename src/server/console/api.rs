@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::ConsoleError;
 use super::history::{self, History};
 use super::query;
-use crate::server::Shared;
+use crate::server::shared::Shared;
 
 /// Names one search looks at, at most, while it holds the lock table for reading: a search
 /// over a big table goes on from its cursor in the next request.

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
 use super::{ConsoleError, FeedSlot};
-use crate::server::Shared;
+use crate::server::shared::Shared;
 use crate::services::clients::ClientHandle;
 use crate::services::pubsub::{Delivery, LOCK_CHANNEL_PREFIX, Mailbox};
 

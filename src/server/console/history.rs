@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::server::Shared;
+use crate::server::shared::Shared;
 use crate::services::stats::{HISTOGRAM_BUCKETS, bucket_usec};
 
 pub const INTERVAL: Duration = Duration::from_secs(2);

@@ -24,7 +24,7 @@ use flockd_metrics::{PageRequest, PageResponse, Pages};
 
 pub use history::History;
 
-use super::Shared;
+use crate::server::shared::Shared;
 
 /// Server-sent event streams open at once, at most: they hold connections of the metrics
 /// port (64 in all), which must stay free for scrapes.

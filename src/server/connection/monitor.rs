@@ -7,16 +7,16 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::broadcast::error::RecvError;
 use tracing::debug;
 
+use super::{Connection, Next, READ_CHUNK};
 use crate::commands::LocalCommand;
 use crate::commands::context::{Ctx, Outcome};
 use crate::commands::reset::Reset;
-use crate::server::PREAUTH_QUERY_BUFFER;
-use crate::server::connection::{Connection, Next, READ_CHUNK};
+use crate::server::shared::PREAUTH_QUERY_BUFFER;
 use crate::services::stats;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// Sends MONITOR's reply `ok`, then serves the feed until the mode ends.
-    pub(in crate::server) async fn monitor(&mut self, ok: Reply) -> std::io::Result<Next> {
+    pub(super) async fn monitor(&mut self, ok: Reply) -> std::io::Result<Next> {
         // Subscribed before the +OK goes out: every command a client sends after it sees the
         // +OK is in the feed (it raced before, under load).
         let mut lines = self.shared.monitors.subscribe();

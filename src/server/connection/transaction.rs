@@ -11,42 +11,42 @@ use flockd_proto::Reply;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::Transaction;
+use super::{Connection, Next};
 use crate::commands::context::{Ctx, Outcome, Proposal};
 use crate::commands::{Command, CommandError, Execution, TABLE, multi};
 use crate::log::{ProposeError, commit};
-use crate::server::connection::{Connection, Next};
 use crate::server::replies::reply_to;
 use crate::services::stats;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// MULTI: the commands that follow are queued.
-    pub(in crate::server) fn begin_transaction(&mut self) {
-        self.session.transaction = Some(Transaction::default());
+    pub(super) fn begin_transaction(&mut self) {
+        self.transaction = Some(Transaction::default());
         self.conn.in_transaction = true;
     }
 
     /// DISCARD, RESET: the queued commands are dropped.
-    pub(in crate::server) fn discard_transaction(&mut self) {
-        self.session.transaction = None;
+    pub(super) fn discard_transaction(&mut self) {
+        self.transaction = None;
         self.conn.in_transaction = false;
     }
 
     /// A command could not be queued (refused at admission): EXEC will abort.
-    pub(in crate::server) fn doom_transaction(&mut self) {
-        if let Some(transaction) = &mut self.session.transaction {
+    pub(super) fn doom_transaction(&mut self) {
+        if let Some(transaction) = &mut self.transaction {
             transaction.failed = true;
         }
     }
 
     /// Whether the command at `index` is queued rather than run, inside MULTI.
     #[inline]
-    pub(in crate::server) fn queues(&self, index: usize) -> bool {
-        self.session.transaction.is_some() && !multi::runs_inside_multi(TABLE[index].name)
+    pub(super) fn queues(&self, index: usize) -> bool {
+        self.transaction.is_some() && !multi::runs_inside_multi(TABLE[index].name)
     }
 
     /// Queues a command inside MULTI, or refuses one that cannot be part of a transaction.
-    pub(in crate::server) fn queue(&mut self, index: usize, command: Command) {
-        let Some(transaction) = &mut self.session.transaction else {
+    pub(super) fn queue(&mut self, index: usize, command: Command) {
+        let Some(transaction) = &mut self.transaction else {
             return;
         };
         if multi::refused_inside_multi(TABLE[index].name) {
@@ -59,8 +59,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     }
 
     /// EXEC (the command at `index`): runs the queued commands, or aborts a doomed transaction.
-    pub(in crate::server) async fn exec(&mut self, index: usize) -> std::io::Result<Next> {
-        let transaction = self.session.transaction.take();
+    pub(super) async fn exec(&mut self, index: usize) -> std::io::Result<Next> {
+        let transaction = self.transaction.take();
         self.conn.in_transaction = false;
         let transaction = match transaction {
             Some(transaction) if !transaction.failed => transaction,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use flockd_proto::ProtocolVersion;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::server::connection::{Connection, FLUSH_AFTER_REPLIES};
+use super::{Connection, FLUSH_AFTER_REPLIES};
 use crate::services::pubsub::Delivery;
 
 /// How long a subscriber's messages may wait to be written together.
@@ -15,7 +15,7 @@ const MESSAGE_COALESCING: Duration = Duration::from_millis(1);
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// Writes `delivery` and what else comes within [`MESSAGE_COALESCING`]; false if the
     /// client was killed meanwhile.
-    pub(in crate::server) async fn deliver(&mut self, delivery: Delivery) -> std::io::Result<bool> {
+    pub(super) async fn deliver(&mut self, delivery: Delivery) -> std::io::Result<bool> {
         self.encode_messages(delivery);
         // Let more batches come before writing: one write per subscriber per millisecond at
         // most, instead of one per applied batch (each write is a syscall here and a wake-up
@@ -56,7 +56,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 
     /// Adds the messages already queued (at most a batch's worth of deliveries, so a busy
     /// channel cannot keep a connection from its commands).
-    pub(in crate::server) fn encode_queued_messages(&mut self) {
+    pub(super) fn encode_queued_messages(&mut self) {
         for _ in 0..FLUSH_AFTER_REPLIES {
             let Some(inbox) = &mut self.conn.subscriptions.inbox else {
                 return;

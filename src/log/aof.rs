@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::services::clock::Clock;
 use crate::services::host::StateHost;
 
-pub struct LocalLog {
+pub struct AofLog {
     aof: Arc<Aof>,
     clock: Arc<Clock>,
     /// Always true: a single node runs its own lease clock.
@@ -90,7 +90,7 @@ pub async fn open(
         aof.prepend_applied(entry);
         info!("re-armed live leases, ended the last run's sessions: {results:?}");
     }
-    let log = LocalLog {
+    let log = AofLog {
         aof,
         clock: clock.clone(),
         leading: watch::channel(true).0,
@@ -122,7 +122,7 @@ fn from_fixed(h: &flockd_aof::FixedHistogram) -> HistogramData {
     HistogramData::from_counts(h.bounds, &h.counts, h.sum)
 }
 
-impl Log for LocalLog {
+impl Log for AofLog {
     fn propose(&self, ops: Vec<Op>) -> Committing {
         Committing::new(
             self.aof.propose(self.clock.now(), ops),

@@ -4,13 +4,13 @@
 use flockd_proto::Reply;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::{Connection, Next};
 use crate::commands::context::{CommandResult, Outcome};
-use crate::server::connection::{Connection, Next};
 use crate::services::stats;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// Does what a local command's outcome says.
-    pub(in crate::server) async fn follow(
+    pub(super) async fn follow(
         &mut self,
         index: usize,
         result: CommandResult,

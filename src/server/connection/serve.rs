@@ -1,78 +1,26 @@
-//! One client connection: read bytes, parse requests, admit and run commands in order, and write
-//! the replies of one read back in one write.
-//!
-//! A state command becomes an op that is proposed at once; its reply waits in `pending` until
-//! the op's result comes back from the log (durable and applied). Many proposals of a pipelined
-//! read are in flight together, so they share one batch of the log (group commit). A local
-//! command after them (a read, PING, ...) first waits for them, so it sees their effect, as a
-//! client of a single-threaded Redis would.
-//!
-//! What else a connection does (a transaction, a blocking wait, monitor mode, pub/sub delivery,
-//! what it ends when it closes) is in [`super::session`], one file each.
+//! The connection's loop: read, parse, admit and run each request in order, and write the
+//! replies of one read back together.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use flockd_core::Op;
-use flockd_proto::{ProtocolError, Reply, Request, RequestParser, encode};
+use flockd_proto::{Reply, Request, RequestParser};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
-use super::accounting;
-use super::admission::{self, Admitted};
-use super::replies::{PendingReply, ReplySlot, approx_encoded_len, reply_to};
-use super::session::Session;
-use super::{PREAUTH_LIMITS, PREAUTH_QUERY_BUFFER, Shared};
+use super::{BATCH_BYTES, Connection, FLUSH_AFTER_BYTES, FLUSH_AFTER_REPLIES, Next, READ_CHUNK};
+use crate::commands::Execution;
 use crate::commands::context::{ConnState, Ctx, Proposal};
-use crate::commands::{CommandError, Execution};
-use crate::log::Committing;
+use crate::server::accounting;
+use crate::server::admission::{self, Admitted};
+use crate::server::replies::{PendingReply, ReplySlot};
+use crate::server::shared::{PREAUTH_LIMITS, Shared};
 use crate::services::clients::ClientHandle;
 use crate::services::stats;
 
-/// Flush early after this many replies, so one read of many pipelined commands cannot build an
-/// unbounded reply buffer.
-pub(super) const FLUSH_AFTER_REPLIES: usize = 1024;
-/// Also flush early once the pending replies hold about this many bytes: a client that
-/// pipelines commands with big replies (COMMAND, INFO) and never reads must not pin more than
-/// this (plus the kernel's socket buffers) in server memory. Counting replies alone let 16 KiB
-/// of `COMMAND DOCS` requests pin over 7 MiB of replies per client.
-const FLUSH_AFTER_BYTES: usize = 64 * 1024;
-pub(super) const READ_CHUNK: usize = 16 * 1024;
-/// The most argument bytes one batch of gathered ops holds before it is proposed.
-const BATCH_BYTES: usize = 1024 * 1024;
-
-pub(super) struct Connection<S> {
-    pub(super) shared: Arc<Shared>,
-    pub(super) stream: S,
-    pub(super) input: BytesMut,
-    pub(super) output: BytesMut,
-    pub(super) parser: RequestParser,
-    pending: Vec<PendingReply>,
-    /// Approximate encoded size of the ready replies in `pending`.
-    pending_size: usize,
-    /// Proposals in `pending` not resolved yet.
-    in_flight: usize,
-    /// The ops of the state commands read since the last proposal: one read's pipelined
-    /// commands go to the log together, as one entry, with one wait for their results (a
-    /// proposal per op cost an allocation, a channel and a log entry each).
-    unproposed: Vec<Op>,
-    /// The batches proposed and not resolved yet, in order.
-    proposals: Vec<Committing>,
-    /// About how many bytes of arguments `unproposed` holds: a batch goes out once it holds
-    /// [`BATCH_BYTES`], so big values never add up to one oversized log entry.
-    unproposed_bytes: usize,
-    pub(super) conn: ConnState,
-    /// What the connection keeps beyond its commands' view (see [`super::session`]).
-    pub(super) session: Session,
-}
-
-pub(super) enum Next {
-    Continue,
-    Close,
-}
-
-/// Serves one client on any byte stream (TCP today, TLS next).
+/// Serves one client on any byte stream (plain TCP, or TLS after the handshake).
 pub async fn serve<S>(shared: Arc<Shared>, stream: S, handle: Arc<ClientHandle>)
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -91,7 +39,10 @@ where
         proposals: Vec::new(),
         unproposed_bytes: 0,
         conn: ConnState::new(&*shared, handle),
-        session: Session::new(&shared),
+        transaction: None,
+        holdings: BTreeSet::new(),
+        joined_while_draining: shared.draining.is_cancelled(),
+        worked: false,
     };
     if let Err(e) = connection.run().await {
         debug!(client = id, "connection ended: {e}");
@@ -131,7 +82,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             let (shared, handle) = (&self.shared, &self.conn.handle);
             // While a stopping leader drains, a connection between commands is closed, so its
             // client finds the new leader through its sentinels before its next command.
-            let idle = self.input.is_empty() && self.pending.is_empty() && self.session.idle();
+            let idle = self.input.is_empty() && self.pending.is_empty() && self.idle();
             let subscriptions = &mut self.conn.subscriptions;
             let delivery = tokio::select! {
                 read = self.stream.read_buf(&mut self.input) => {
@@ -150,22 +101,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 return Ok(0);
             }
         }
-    }
-
-    /// Writes the output; false if the client was killed meanwhile (a subscriber past its
-    /// output limit is, and may not be reading: the write must not wait for it).
-    pub(super) async fn write_output(&mut self) -> std::io::Result<bool> {
-        stats::bump(
-            &self.shared.stats.net_output_bytes,
-            self.output.len() as u64,
-        );
-        let handle = &self.conn.handle;
-        tokio::select! {
-            written = self.stream.write_all(&self.output) => written?,
-            _ = handle.kill.cancelled() => return Ok(false),
-        }
-        self.output.clear();
-        Ok(true)
     }
 
     /// Runs every complete request in the input buffer.
@@ -221,7 +156,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
         };
         self.conn.handle.touch(index, arrived);
-        self.session.worked_on(index);
+        self.worked_on(index);
         if self.queues(index) {
             self.queue(index, command);
             return Ok(Next::Continue);
@@ -274,97 +209,5 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 Ok(Next::Continue)
             }
         }
-    }
-
-    pub(super) fn push_ready(&mut self, reply: Reply) {
-        self.pending_size += approx_encoded_len(&reply);
-        self.pending.push(PendingReply {
-            slot: ReplySlot::Ready(reply),
-            protocol: self.conn.protocol,
-        });
-    }
-
-    pub(super) fn protocol_error(&mut self, error: ProtocolError) {
-        stats::bump(&self.shared.stats.protocol_errors, 1);
-        debug!(client = self.conn.handle.id, "protocol error: {error}");
-        self.push_ready(Reply::error(error.to_reply_text()));
-    }
-
-    pub(super) fn query_buffer_limit(&self) -> usize {
-        if self.conn.authenticated {
-            self.shared.config.load().client_query_buffer_limit
-        } else {
-            PREAUTH_QUERY_BUFFER
-        }
-    }
-
-    /// Proposes the ops gathered since the last proposal, as one batch.
-    fn propose_gathered(&mut self) {
-        if !self.unproposed.is_empty() {
-            let ops = std::mem::take(&mut self.unproposed);
-            self.unproposed_bytes = 0;
-            self.proposals.push(self.shared.log.propose(ops));
-        }
-    }
-
-    /// Waits for every proposal in `pending` and turns each result into its reply.
-    pub(super) async fn resolve(&mut self) {
-        if self.in_flight == 0 {
-            return;
-        }
-        self.propose_gathered();
-        self.shared.log.write_now();
-        let mut outcomes = Vec::with_capacity(self.proposals.len());
-        for pending in self.proposals.drain(..) {
-            outcomes.push(pending.await.map(Vec::into_iter));
-        }
-        for item in &mut self.pending {
-            let ReplySlot::Proposed { .. } = &item.slot else {
-                continue;
-            };
-            let ReplySlot::Proposed {
-                batch,
-                reply,
-                command,
-                started,
-                args,
-            } = std::mem::replace(&mut item.slot, ReplySlot::Ready(Reply::Null))
-            else {
-                unreachable!("matched above");
-            };
-            // A batch's results come in the order of its ops, which is the order of the slots.
-            let outcome = match &mut outcomes[batch] {
-                Ok(results) => results
-                    .next()
-                    .ok_or_else(|| CommandError::UnexpectedResult("fewer results than ops".into())),
-                Err(e) => Err(CommandError::from(e.clone())),
-            };
-            let slow = args.as_ref().map(|a| (a, &*self.conn.handle));
-            let reply = reply_to(&self.shared, command, started, outcome, reply, slow);
-            self.pending_size += approx_encoded_len(&reply);
-            item.slot = ReplySlot::Ready(reply);
-        }
-        self.in_flight = 0;
-    }
-
-    /// Resolves the proposals, then writes every pending reply in one write.
-    pub(super) async fn flush(&mut self) -> std::io::Result<()> {
-        if self.pending.is_empty() && self.output.is_empty() {
-            return Ok(());
-        }
-        self.resolve().await;
-        // Messages published by these commands' own changes go first, as Redis sends a
-        // message before the reply of the command that published it.
-        self.encode_queued_messages();
-        for PendingReply { slot, protocol } in self.pending.drain(..) {
-            if let ReplySlot::Ready(reply) = slot {
-                encode(&reply, protocol, &mut self.output);
-            }
-        }
-        self.pending_size = 0;
-        if !self.write_output().await? {
-            return Err(std::io::Error::other("client killed"));
-        }
-        Ok(())
     }
 }

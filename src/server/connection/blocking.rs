@@ -9,10 +9,10 @@ use flockd_core::{Op, OpResult, WaitId};
 use flockd_proto::Reply;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
+use super::{Connection, Next, READ_CHUNK};
 use crate::commands::context::Proposal;
 use crate::commands::{Blocking, BlockingHook, CommandError};
 use crate::log::{ProposeError, commit};
-use crate::server::connection::{Connection, Next, READ_CHUNK};
 use crate::server::replies::reply_to;
 use crate::services::hot::Contention;
 use crate::services::stats;
@@ -29,7 +29,7 @@ enum Parked {
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// Proposes a blocking command's op and, if it queued, parks the connection until it is
     /// answered. Replies before it go out first, and nothing after it runs until it is answered.
-    pub(in crate::server) async fn blocking(
+    pub(super) async fn blocking(
         &mut self,
         command: usize,
         started: Instant,

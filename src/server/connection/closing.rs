@@ -4,23 +4,23 @@
 use bytes::Bytes;
 use tracing::warn;
 
+use super::Connection;
 use crate::commands::{end_session, unsubscribe};
 use crate::log::commit;
-use crate::server::connection::Connection;
 
 impl<S> Connection<S> {
     /// Remembers the names a proposal holds for the connection's session, to end at close.
     #[inline]
-    pub(in crate::server) fn hold_for_session(&mut self, names: &mut Vec<Bytes>) {
+    pub(super) fn hold_for_session(&mut self, names: &mut Vec<Bytes>) {
         if !names.is_empty() {
-            self.session.holdings.extend(names.drain(..));
+            self.holdings.extend(names.drain(..));
         }
     }
 
     /// Ends what the connection held; it is gone from the server afterwards.
-    pub(in crate::server) async fn close(mut self) {
+    pub(super) async fn close(mut self) {
         let id = self.conn.handle.id;
-        let names = std::mem::take(&mut self.session.holdings);
+        let names = std::mem::take(&mut self.holdings);
         if !names.is_empty() {
             let op = end_session(id, names.into_iter().collect());
             if let Err(e) = commit(&*self.shared.log, vec![op]).await {

@@ -19,7 +19,7 @@ use crate::config::{ClusterConfig, Config};
 use crate::services::clock::Clock;
 use crate::services::host::StateHost;
 
-pub struct ClusterLog {
+pub struct RaftLog {
     cluster: Arc<Cluster>,
 }
 
@@ -76,7 +76,7 @@ pub async fn open(
     );
     Ok(Opened {
         host,
-        log: Arc::new(ClusterLog {
+        log: Arc::new(RaftLog {
             cluster: Arc::new(node),
         }),
         clock,
@@ -112,8 +112,15 @@ fn seed_from_aof(config: &Config) -> Result<Option<StateMachine>, OpenError> {
 /// the milliseconds slept before each synced write of the Raft log (no file: 0), read again
 /// every 100 ms so a run can slow a node down and speed it up again. An environment variable,
 /// not a config key, because nothing but a test should ever set it.
-pub(super) const TEST_SYNC_DELAY_VAR: &str = "FLOCKD_TEST_SYNC_DELAY_FILE";
-pub(super) const TEST_SYNC_DELAY_MAX_MS: u64 = 1000;
+const TEST_SYNC_DELAY_VAR: &str = "FLOCKD_TEST_SYNC_DELAY_FILE";
+const TEST_SYNC_DELAY_MAX_MS: u64 = 1000;
+
+fn sync_delay_error(why: String) -> OpenError {
+    OpenError::TestSyncDelay(format!(
+        "{TEST_SYNC_DELAY_VAR} must name a file holding milliseconds from 0 to \
+         {TEST_SYNC_DELAY_MAX_MS}: {why}"
+    ))
+}
 
 fn test_sync_delay() -> Result<Arc<std::sync::atomic::AtomicU64>, OpenError> {
     let delay = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -147,15 +154,12 @@ fn read_test_sync_delay(path: &std::path::Path) -> Result<u64, OpenError> {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => {
-            return Err(OpenError::TestSyncDelay(format!("{}: {e}", path.display())));
+            return Err(sync_delay_error(format!("{}: {e}", path.display())));
         }
     };
     match text.trim().parse::<u64>() {
         Ok(ms) if ms <= TEST_SYNC_DELAY_MAX_MS => Ok(ms),
-        _ => Err(OpenError::TestSyncDelay(format!(
-            "{}: {text:?}",
-            path.display()
-        ))),
+        _ => Err(sync_delay_error(format!("{}: {text:?}", path.display()))),
     }
 }
 
@@ -216,7 +220,7 @@ fn raft_figures(cluster: &Cluster) -> RaftFigures {
     }
 }
 
-impl Log for ClusterLog {
+impl Log for RaftLog {
     fn propose(&self, ops: Vec<Op>) -> Committing {
         Committing::new(self.cluster.propose(ops), ProposeError::ShuttingDown)
     }
