@@ -6,10 +6,14 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, reply};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta, SubMeta};
 use super::permissions::{self, CATEGORIES};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, printable};
 use crate::services::acl::unix_ms;
+use flockd_proto::printable;
 
 #[derive(Debug)]
 pub enum AclCmd {
@@ -166,9 +170,11 @@ const HELP: &[&str] = &[
 impl LocalCommand for AclCmd {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         let state = ctx.services.acl();
+        let table = ctx.services.command_table();
         match self {
             AclCmd::SetUser(name, rules) => {
-                state.change(|a| a.set_user(&name, &rules, &permissions::known))?;
+                let known = |name: &str| permissions::known(table, name);
+                state.change(|a| a.set_user(&name, &rules, &known))?;
                 reply(Reply::ok())
             }
             AclCmd::GetUser(name) => {
@@ -220,7 +226,7 @@ impl LocalCommand for AclCmd {
                     return Err(CommandError::UnknownCategory(category));
                 }
                 reply(Reply::Array(
-                    permissions::commands_in(&category)
+                    permissions::commands_in(table, &category)
                         .into_iter()
                         .map(Reply::bulk)
                         .collect(),
@@ -266,7 +272,7 @@ impl LocalCommand for AclCmd {
                 let config = ctx.services.config().load();
                 let path = config.aclfile.clone().ok_or(CommandError::NoAclFile)?;
                 let users = tokio::task::block_in_place(|| {
-                    permissions::read_file(&path, config.requirepass.as_deref())
+                    permissions::read_file(table, &path, config.requirepass.as_deref())
                 })
                 .map_err(CommandError::AclLoad)?;
                 state.change(|a| *a = users);

@@ -6,7 +6,7 @@ use std::ops::RangeInclusive;
 use bytes::Bytes;
 use flockd_proto::parse_int;
 
-use super::CommandError;
+use super::error::CommandError;
 
 /// The configured bounds that argument parsing checks against.
 #[derive(Clone, Copy, Debug)]

@@ -4,8 +4,11 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, reply};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta};
 
 #[derive(Debug)]
 pub struct Auth {
@@ -85,6 +88,7 @@ pub fn check_credentials(
             super::permissions::record(
                 ctx.services.acl(),
                 ctx.conn,
+                ctx.services.command_table(),
                 &name,
                 flockd_acl::Denial::Auth,
                 "AUTH",

@@ -10,8 +10,11 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, reply};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta, SubMeta};
 use flockd_proto::parse_int;
 
 #[derive(Debug)]
@@ -181,7 +184,7 @@ impl CommandDef for Client {
                 arity("client|setinfo", n == 2)?;
                 let attribute = args.next_keyword().unwrap_or_default();
                 if attribute != "LIB-NAME" && attribute != "LIB-VER" {
-                    return Err(CommandError::UnrecognizedOption(super::printable(
+                    return Err(CommandError::UnrecognizedOption(flockd_proto::printable(
                         attribute.as_bytes(),
                         64,
                     )));
@@ -222,7 +225,7 @@ impl CommandDef for Client {
             _ => {
                 return Err(CommandError::UnknownSubcommand {
                     command: "CLIENT",
-                    sub: super::printable(&raw, 128),
+                    sub: flockd_proto::printable(&raw, 128),
                 });
             }
         })
@@ -259,13 +262,13 @@ impl LocalCommand for Client {
             }
             Client::Info => reply(Reply::Verbatim(Bytes::from(format!(
                 "{}\n",
-                handle.describe(super::command_name)
+                handle.describe(|i| ctx.services.command_table()[i].name)
             )))),
             Client::List { ids } => {
                 let mut text = String::new();
                 for client in ctx.services.clients().all() {
                     if ids.as_ref().is_none_or(|ids| ids.contains(&client.id)) {
-                        text.push_str(&client.describe(super::command_name));
+                        text.push_str(&client.describe(|i| ctx.services.command_table()[i].name));
                         text.push('\n');
                     }
                 }

@@ -6,11 +6,12 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, reply};
 use super::docs;
-use super::{
-    Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, TABLE, lookup,
-};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta, SubMeta, find};
 
 #[derive(Debug)]
 pub enum CommandCmd {
@@ -118,7 +119,7 @@ impl CommandDef for CommandCmd {
             other => {
                 return Err(CommandError::UnknownSubcommand {
                     command: "COMMAND",
-                    sub: super::printable(other.as_bytes(), 64),
+                    sub: flockd_proto::printable(other.as_bytes(), 64),
                 });
             }
         })
@@ -126,24 +127,26 @@ impl CommandDef for CommandCmd {
 }
 
 impl LocalCommand for CommandCmd {
-    fn run(self, _ctx: &mut Ctx<'_>) -> CommandResult {
+    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
+        let table = ctx.services.command_table();
+        let lookup = |name: &[u8]| find(table, name);
         reply(match self {
-            CommandCmd::All => Reply::Array(TABLE.iter().map(info).collect()),
-            CommandCmd::Count => Reply::Integer(TABLE.len() as i64),
-            CommandCmd::Info(names) if names.is_empty() => Reply::Array(TABLE.iter().map(info).collect()),
+            CommandCmd::All => Reply::Array(table.iter().map(info).collect()),
+            CommandCmd::Count => Reply::Integer(table.len() as i64),
+            CommandCmd::Info(names) if names.is_empty() => Reply::Array(table.iter().map(info).collect()),
             CommandCmd::Info(names) => Reply::Array(
-                names.iter().map(|n| lookup(n).map(|i| info(&TABLE[i])).unwrap_or(Reply::NullArray)).collect(),
+                names.iter().map(|n| lookup(n).map(|i| info(&table[i])).unwrap_or(Reply::NullArray)).collect(),
             ),
             CommandCmd::Docs(names) => {
                 let metas: Vec<&Meta> = if names.is_empty() {
-                    TABLE.iter().collect()
+                    table.iter().collect()
                 } else {
-                    names.iter().filter_map(|n| lookup(n)).map(|i| &TABLE[i]).collect()
+                    names.iter().filter_map(|n| lookup(n)).map(|i| &table[i]).collect()
                 };
                 Reply::Map(metas.into_iter().map(|m| (Reply::bulk(m.name), docs(m))).collect())
             }
-            CommandCmd::List => Reply::Array(TABLE.iter().map(|m| Reply::bulk(m.name)).collect()),
-            CommandCmd::GetKeys { flags, argv } => get_keys(&argv, flags),
+            CommandCmd::List => Reply::Array(table.iter().map(|m| Reply::bulk(m.name)).collect()),
+            CommandCmd::GetKeys { flags, argv } => get_keys(table, &argv, flags),
             CommandCmd::Help => Reply::Array(
                 [
                     "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -300,11 +303,11 @@ fn docs(meta: &Meta) -> Reply {
 
 /// `COMMAND GETKEYS` / `GETKEYSANDFLAGS`: the keys of a full command line by its `Meta.keys`
 /// and `Meta.more_keys`, with Redis's error texts.
-fn get_keys(argv: &[Bytes], with_flags: bool) -> Reply {
+fn get_keys(table: &[Meta], argv: &[Bytes], with_flags: bool) -> Reply {
     let Some(meta) = argv
         .first()
-        .and_then(|name| lookup(name))
-        .map(|i| &TABLE[i])
+        .and_then(|name| find(table, name))
+        .map(|i| &table[i])
     else {
         return Reply::error("ERR Invalid command specified");
     };

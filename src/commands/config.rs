@@ -5,7 +5,10 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta};
+use super::args::Args;
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta, SubMeta};
 use crate::config::change::ChangeError;
 use flockd_acl::glob_match;
 
@@ -104,7 +107,7 @@ impl CommandDef for ConfigCmd {
             )),
             other => Err(CommandError::UnknownSubcommand {
                 command: "CONFIG",
-                sub: super::printable(other.as_bytes(), 64),
+                sub: flockd_proto::printable(other.as_bytes(), 64),
             }),
         }
     }

@@ -20,7 +20,7 @@
 
 use flockd_proto::Reply;
 
-use super::Meta;
+use super::meta::Meta;
 
 /// Argument names documented as integers.
 pub const INTEGER_NAMES: &[&str] = &[

@@ -6,7 +6,10 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
+use super::args::Args;
+use super::error::CommandError;
+use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::meta::{CommandFlags, Meta};
 use flockd_core::{Op, OpResult};
 
 #[derive(Debug)]
@@ -49,7 +52,7 @@ impl CommandDef for FenceSet {
             Some(option) => {
                 return Err(CommandError::UnknownOption {
                     command: "fence.set",
-                    option: super::printable(option.as_bytes(), 64),
+                    option: flockd_proto::printable(option.as_bytes(), 64),
                     expected: "LOCK name",
                 });
             }

@@ -6,10 +6,11 @@ use bytes::Bytes;
 use flockd_core::{AcquireResult, CancelResult, Mode, Op, OpResult, Terms, Wait, WaitId};
 use flockd_proto::Reply;
 
-use super::{
-    Args, Blocking, BlockingHook, CommandDef, CommandError, CommandFlags, Meta, StateCommand,
-    unexpected,
-};
+use super::args::Args;
+use super::context::{Blocking, BlockingHook};
+use super::error::CommandError;
+use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::meta::{CommandFlags, Meta};
 
 #[derive(Debug)]
 pub struct FlockAcquire {
@@ -110,7 +111,7 @@ impl AcquireOptions {
                 _ => {
                     return Err(CommandError::UnknownOption {
                         command,
-                        option: super::printable(option.as_bytes(), 64),
+                        option: flockd_proto::printable(option.as_bytes(), 64),
                         expected,
                     });
                 }

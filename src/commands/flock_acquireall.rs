@@ -7,11 +7,12 @@ use bytes::Bytes;
 use flockd_core::{AcquireAllResult, CancelAllResult, Op, OpResult, Terms, WaitId};
 use flockd_proto::Reply;
 
+use super::args::Args;
+use super::context::{Blocking, BlockingHook};
+use super::error::CommandError;
 use super::flock_acquire::{AcquireOptions, with_session};
-use super::{
-    Args, Blocking, BlockingHook, CommandDef, CommandError, CommandFlags, Meta, StateCommand,
-    unexpected,
-};
+use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::meta::{CommandFlags, Meta};
 
 /// The most names one FLOCK.ACQUIREALL takes.
 pub const MAX_NAMES: u64 = 64;
@@ -92,7 +93,9 @@ impl CommandDef for FlockAcquireAll {
         for _ in 0..numnames {
             let name = args.next_lock_name("lock name")?;
             if names.contains(&name) {
-                return Err(CommandError::DuplicateName(super::printable(&name, 128)));
+                return Err(CommandError::DuplicateName(flockd_proto::printable(
+                    &name, 128,
+                )));
             }
             names.push(name);
         }

@@ -4,7 +4,10 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
+use super::args::Args;
+use super::error::CommandError;
+use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::meta::{CommandFlags, Meta};
 use flockd_core::{Op, OpResult};
 
 #[derive(Debug)]

@@ -4,8 +4,12 @@
 
 use flockd_proto::{Reply, parse_int};
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, Outcome, reply};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, printable};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta, SubMeta};
+use flockd_proto::printable;
 
 #[derive(Debug)]
 pub enum FlockCluster {

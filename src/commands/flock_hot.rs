@@ -6,8 +6,11 @@ use std::time::Instant;
 
 use flockd_proto::Reply;
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, reply};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta};
 
 /// Names a reply may list at most.
 const MAX_COUNT: u64 = 10_000;

@@ -9,8 +9,11 @@ use bytes::Bytes;
 use flockd_core::ScanFilter;
 use flockd_proto::Reply;
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, reply};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta};
 
 /// The most names one call looks at: a call holds the state's read lock while it looks.
 pub(super) const MAX_COUNT: u64 = 100_000;

@@ -5,7 +5,10 @@ use flockd_proto::Reply;
 
 use flockd_core::{Op, OpResult, Read};
 
-use super::{Args, CommandDef, CommandError, CommandFlags, Meta, StateCommand, unexpected};
+use super::args::Args;
+use super::error::CommandError;
+use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::meta::{CommandFlags, Meta};
 
 #[derive(Debug)]
 pub struct FlockTtl {

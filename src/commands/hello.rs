@@ -4,9 +4,12 @@
 use bytes::Bytes;
 use flockd_proto::{ProtocolVersion, Reply};
 
+use super::args::Args;
 use super::client::validate_client_name;
 use super::context::{CommandResult, Ctx, reply};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta};
 use flockd_proto::parse_int;
 
 /// The Redis version flockd reports to client libraries that gate features on it.
@@ -59,7 +62,7 @@ impl CommandDef for Hello {
                 }
                 "SETNAME" if args.remaining() >= 1 => hello.setname = Some(args.next_bytes()?),
                 _ => {
-                    return Err(CommandError::HelloSyntax(super::printable(
+                    return Err(CommandError::HelloSyntax(flockd_proto::printable(
                         option.as_bytes(),
                         64,
                     )));

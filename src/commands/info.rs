@@ -7,8 +7,12 @@ use std::fmt::Write;
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, reply};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, Services, TABLE};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta};
+use super::services::Services;
 use crate::services::stats::{self, human_bytes, read};
 
 const DEFAULT_SECTIONS: &[&str] = &[
@@ -276,7 +280,11 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
         }
         "commandstats" => {
             field("# Commandstats", &"");
-            for (meta, stat) in TABLE.iter().zip(&services.stats().commands) {
+            for (meta, stat) in services
+                .command_table()
+                .iter()
+                .zip(&services.stats().commands)
+            {
                 let calls = read(&stat.calls);
                 let (rejected, failed) = (read(&stat.rejected), read(&stat.failed));
                 if calls + rejected == 0 {

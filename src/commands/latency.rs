@@ -9,12 +9,13 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, reply};
-use super::{
-    Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, TABLE, lookup,
-    printable,
-};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta, SubMeta, find};
 use crate::services::stats::{LATENCY_EVENTS, LatencySeries};
+use flockd_proto::printable;
 
 /// Events only Redis records: LATENCY HISTORY answers them, as Redis does an event that has no
 /// samples, with an empty array, so tools that ask for them keep working.
@@ -153,6 +154,7 @@ impl CommandDef for LatencyCmd {
 impl LocalCommand for LatencyCmd {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         let stats = ctx.services.stats();
+        let table = ctx.services.command_table();
         match self {
             LatencyCmd::Latest => reply(Reply::Array(
                 stats
@@ -194,10 +196,10 @@ impl LocalCommand for LatencyCmd {
             LatencyCmd::Histogram(names) => {
                 // Every command that has calls, or the named ones that do (unknown names are
                 // skipped, as Redis skips them), each once, in table order.
-                let wanted: Option<Vec<usize>> =
-                    (!names.is_empty()).then(|| names.iter().filter_map(|n| lookup(n)).collect());
+                let wanted: Option<Vec<usize>> = (!names.is_empty())
+                    .then(|| names.iter().filter_map(|n| find(table, n)).collect());
                 let mut map = Vec::new();
-                for (index, (meta, stat)) in TABLE.iter().zip(&stats.commands).enumerate() {
+                for (index, (meta, stat)) in table.iter().zip(&stats.commands).enumerate() {
                     if wanted.as_ref().is_some_and(|w| !w.contains(&index)) {
                         continue;
                     }

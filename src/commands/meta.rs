@@ -121,6 +121,14 @@ impl Meta {
 }
 
 /// Redis's convention: N means exactly N arguments including the name, -N at least N.
+/// The index in `table` of the command named `name`, case-insensitively (a scan: for COMMAND
+/// and LATENCY, not the request path, which has `commands::lookup`).
+pub fn find(table: &[Meta], name: &[u8]) -> Option<usize> {
+    table
+        .iter()
+        .position(|m| m.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
 pub fn arity_ok(arity: i32, argc: usize) -> bool {
     let argc = argc as i64;
     let arity = arity as i64;

@@ -14,10 +14,12 @@ mod args;
 pub mod context;
 mod docs;
 pub mod error;
+pub mod kinds;
 mod meta;
 
 pub use args::{ArgLimits, Args};
 pub use error::CommandError;
+pub use kinds::{CommandDef, LocalCommand, StateCommand, unexpected};
 pub use meta::{CommandFlags, Meta, SubMeta};
 
 mod acl;
@@ -74,47 +76,11 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use flockd_core::{Op, OpResult};
+use flockd_core::Op;
 pub use flockd_proto::printable;
 
 use crate::log::ReadWait;
 pub use context::{Blocking, BlockingHook, CommandResult, Ctx, Outcome, Proposal};
-
-/// What every command file provides.
-pub trait CommandDef: Sized {
-    const META: Meta;
-    /// Turns the arguments after the command name into the typed command. Arity has already
-    /// been checked against `META.arity`.
-    fn parse(args: &mut Args) -> Result<Self, CommandError>;
-}
-
-/// A command that changes state: it says which op, and how to answer from its result.
-pub trait StateCommand: CommandDef {
-    /// The op, for the connection `client_id` (what SESSION binds a holding to).
-    fn into_op(self, client_id: u64) -> Op;
-    /// The op inside a transaction, where nothing blocks (as BLPOP inside MULTI does not).
-    fn into_transaction_op(self, client_id: u64) -> Op {
-        self.into_op(client_id)
-    }
-    /// The reply to the result of applying the op. Errors become error replies.
-    fn reply(result: OpResult) -> Result<Reply, CommandError>;
-    /// Whether and how the command blocks when its op queues (only FLOCK.ACQUIRE and
-    /// FLOCK.ACQUIREALL with WAIT do).
-    fn blocking(&self) -> Option<Blocking> {
-        None
-    }
-    /// The names the op holds for its connection's session (SESSION): they end when the
-    /// connection closes ([`end_session`]).
-    fn session_names(&self) -> Vec<Bytes> {
-        Vec::new()
-    }
-}
-
-/// A command that runs at once: connection commands and reads of the applied state.
-pub trait LocalCommand: CommandDef {
-    /// Runs the command. Errors become `-ERR ...` replies; the connection stays open.
-    fn run(self, ctx: &mut Ctx<'_>) -> CommandResult;
-}
 
 /// What the connection does with a parsed command.
 pub enum Execution {
@@ -321,12 +287,6 @@ command_table! {
     state FenceSet => fence_set::FenceSet,
     read FenceGet => fence_get::FenceGet,
     read FenceToken => fence_token::FenceToken,
-}
-
-/// The result a state command's reply expected did not come: a bug, answered as an error
-/// rather than a panic.
-pub fn unexpected(result: &OpResult) -> CommandError {
-    CommandError::UnexpectedResult(format!("{result:?}"))
 }
 
 /// Finds a command by name, case-insensitively: its table index.

@@ -6,8 +6,11 @@
 
 use flockd_proto::Reply;
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, Outcome};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta};
 
 /// Whether the command at `name` runs at once even inside MULTI rather than being queued.
 pub fn runs_inside_multi(name: &str) -> bool {

@@ -8,38 +8,46 @@ use bytes::Bytes;
 use flockd_acl::{Acl, CommandInfo, Denial, User};
 
 use super::context::ConnState;
-use super::{CommandError, Meta, TABLE};
+use super::error::CommandError;
+use super::meta::Meta;
 use crate::services::acl::AclState;
 
 /// Logs a refusal of `object` to the connection's user in ACL LOG.
-pub fn deny(state: &AclState, conn: &ConnState, reason: Denial, object: &str) {
-    record(state, conn, &conn.user.name, reason, object);
+pub fn deny(state: &AclState, conn: &ConnState, table: &[Meta], reason: Denial, object: &str) {
+    record(state, conn, table, &conn.user.name, reason, object);
 }
 
 /// An ACL LOG entry for `username` (the one tried, for a failed AUTH) on this connection.
-pub fn record(state: &AclState, conn: &ConnState, username: &str, reason: Denial, object: &str) {
+pub fn record(
+    state: &AclState,
+    conn: &ConnState,
+    table: &[Meta],
+    username: &str,
+    reason: Denial,
+    object: &str,
+) {
     let context = if conn.in_transaction {
         "multi"
     } else {
         "toplevel"
     };
-    let client = conn.handle.describe(super::command_name);
+    let client = conn.handle.describe(|i| table[i].name);
     state.record(username, reason, object, context, client);
 }
 
 /// Whether `name` is a command, `command|subcommand` or `@category` the rules may name.
-pub fn known(name: &str) -> bool {
+pub fn known(table: &[Meta], name: &str) -> bool {
     if let Some(category) = name.strip_prefix('@') {
         return CATEGORIES.contains(&category);
     }
     match name.split_once('|') {
-        Some((command, sub)) => TABLE.iter().any(|m| {
+        Some((command, sub)) => table.iter().any(|m| {
             m.name == command
                 && m.subcommands
                     .iter()
                     .any(|s| s.name.split('|').nth(1) == Some(sub))
         }),
-        None => TABLE.iter().any(|m| m.name == name),
+        None => table.iter().any(|m| m.name == name),
     }
 }
 
@@ -110,15 +118,17 @@ fn categories_of(meta: &Meta, sub: Option<&str>) -> Vec<&'static str> {
 type Categories = Vec<&'static str>;
 
 struct Catalog {
-    /// Per TABLE index: the command's categories, and its subcommands' (`sub` without the
+    /// Per table index: the command's categories, and its subcommands' (`sub` without the
     /// command's name).
     commands: Vec<(Categories, Vec<(String, Categories)>)>,
 }
 
-fn catalog() -> &'static Catalog {
+/// The categories of every command of `table`, worked out once (there is one table:
+/// `commands::TABLE`).
+fn catalog(table: &[Meta]) -> &'static Catalog {
     static CATALOG: OnceLock<Catalog> = OnceLock::new();
     CATALOG.get_or_init(|| Catalog {
-        commands: TABLE
+        commands: table
             .iter()
             .map(|meta| {
                 let subs = meta
@@ -134,10 +144,10 @@ fn catalog() -> &'static Catalog {
 }
 
 /// The commands in `category` (ACL CAT category), subcommands as `command|sub`.
-pub fn commands_in(category: &str) -> Vec<String> {
-    let catalog = catalog();
+pub fn commands_in(table: &[Meta], category: &str) -> Vec<String> {
+    let catalog = catalog(table);
     let mut out = Vec::new();
-    for (meta, (cats, subs)) in TABLE.iter().zip(&catalog.commands) {
+    for (meta, (cats, subs)) in table.iter().zip(&catalog.commands) {
         if subs.is_empty() {
             if cats.contains(&category) {
                 out.push(meta.name.to_string());
@@ -158,10 +168,11 @@ pub fn commands_in(category: &str) -> Vec<String> {
 pub fn check(
     state: &AclState,
     conn: &mut ConnState,
+    table: &[Meta],
     index: usize,
     args: &[Bytes],
 ) -> Result<(), CommandError> {
-    let meta = &TABLE[index];
+    let meta = &table[index];
     if meta.flags.no_auth {
         return Ok(());
     }
@@ -177,7 +188,7 @@ pub fn check(
     if conn.user.may_run_everything() {
         return Ok(());
     }
-    let (cats, subs) = &catalog().commands[index];
+    let (cats, subs) = &catalog(table).commands[index];
     let sub = (!subs.is_empty())
         .then(|| {
             args.get(1)
@@ -193,7 +204,7 @@ pub fn check(
         name: &name,
         categories,
     }) {
-        deny(state, conn, Denial::Command, &name);
+        deny(state, conn, table, Denial::Command, &name);
         return Err(CommandError::NoPermCommand {
             user: conn.user.name.clone(),
             command: name,
@@ -210,7 +221,13 @@ pub fn check(
         while i <= last && (i as usize) < args.len() {
             let key = &args[i as usize];
             if !conn.user.can_access_key(key) {
-                deny(state, conn, Denial::Key, &String::from_utf8_lossy(key));
+                deny(
+                    state,
+                    conn,
+                    table,
+                    Denial::Key,
+                    &String::from_utf8_lossy(key),
+                );
                 return Err(CommandError::NoPermKey);
             }
             i += step.max(1);
@@ -220,7 +237,13 @@ pub fn check(
         if let Some(key) = args.get(i)
             && !conn.user.can_access_key(key)
         {
-            deny(state, conn, Denial::Key, &String::from_utf8_lossy(key));
+            deny(
+                state,
+                conn,
+                table,
+                Denial::Key,
+                &String::from_utf8_lossy(key),
+            );
             return Err(CommandError::NoPermKey);
         }
     }
@@ -229,11 +252,11 @@ pub fn check(
 
 /// Whether `user` may run `command` (by its name in the command table, no subcommand), as the
 /// admission step would decide: the console asks it for the command each endpoint stands for.
-pub fn may_run(user: &User, command: &str) -> bool {
-    let Some(index) = TABLE.iter().position(|m| m.name == command) else {
+pub fn may_run(table: &[Meta], user: &User, command: &str) -> bool {
+    let Some(index) = table.iter().position(|m| m.name == command) else {
         return false;
     };
-    let (categories, _) = &catalog().commands[index];
+    let (categories, _) = &catalog(table).commands[index];
     user.can_run(CommandInfo {
         name: command,
         categories,
@@ -242,16 +265,20 @@ pub fn may_run(user: &User, command: &str) -> bool {
 
 /// The users at start: `aclfile` if set (a bad file stops the start), else only `default` with
 /// `requirepass`.
-pub fn load_users(config: &crate::config::Config) -> Result<Acl, flockd_acl::AclError> {
+pub fn load_users(
+    table: &[Meta],
+    config: &crate::config::Config,
+) -> Result<Acl, flockd_acl::AclError> {
     let requirepass = config.requirepass.as_deref();
     match &config.aclfile {
         None => Ok(Acl::new(requirepass)),
-        Some(path) => read_file(path, requirepass),
+        Some(path) => read_file(table, path, requirepass),
     }
 }
 
 /// Reads an aclfile (ACL LOAD and the start).
 pub fn read_file(
+    table: &[Meta],
     path: &std::path::Path,
     requirepass: Option<&str>,
 ) -> Result<Acl, flockd_acl::AclError> {
@@ -259,5 +286,5 @@ pub fn read_file(
         path: path.display().to_string(),
         reason: e.to_string(),
     })?;
-    Acl::parse_file(&text, path, requirepass, &known)
+    Acl::parse_file(&text, path, requirepass, &|name| known(table, name))
 }

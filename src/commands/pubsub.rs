@@ -4,8 +4,11 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, reply};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta, SubMeta};
 
 #[derive(Debug)]
 pub enum PubsubCmd {
@@ -63,7 +66,7 @@ impl CommandDef for PubsubCmd {
             )),
             other => Err(CommandError::UnknownSubcommand {
                 command: "PUBSUB",
-                sub: super::printable(other.as_bytes(), 64),
+                sub: flockd_proto::printable(other.as_bytes(), 64),
             }),
         }
     }

@@ -3,8 +3,11 @@
 
 use flockd_proto::{ProtocolVersion, Reply};
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, Outcome};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta};
 
 #[derive(Debug)]
 pub struct Reset;

@@ -9,9 +9,12 @@ use bytes::Bytes;
 use flockd_core::KeyType;
 use flockd_proto::{Reply, parse_int};
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, reply};
+use super::error::CommandError;
 use super::flock_scan::MAX_COUNT;
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta};
 
 /// Which keys SCAN's TYPE option keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::meta::Meta;
 use crate::log::Log;
 use crate::services::acl::AclState;
 use crate::services::clients::ClientRegistry;
@@ -36,6 +37,9 @@ pub trait Services: Send + Sync {
     fn tls_addr(&self) -> Option<SocketAddr>;
     /// Where this node answers as a Sentinel (`sentinel-port`).
     fn sentinel_addr(&self) -> Option<SocketAddr>;
+    /// Every command's metadata, in table order (COMMAND, INFO commandstats, LATENCY, ACL):
+    /// the table lists these very commands, so they reach it through the server.
+    fn command_table(&self) -> &'static [Meta];
     /// SHUTDOWN: asks the server to stop (a leader hands its office over first).
     fn stop(&self);
 }

@@ -1,8 +1,11 @@
 //! SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: stop the server as SIGTERM does (the AOF is
 //! flushed and fsynced whatever the options say; there is nothing to skip).
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, Outcome};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta};
 
 #[derive(Debug)]
 pub struct Shutdown {

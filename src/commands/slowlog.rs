@@ -6,8 +6,12 @@
 use bytes::Bytes;
 use flockd_proto::{Reply, parse_int};
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, reply};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta, SubMeta, printable};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta, SubMeta};
+use flockd_proto::printable;
 
 #[derive(Debug)]
 pub enum SlowlogCmd {

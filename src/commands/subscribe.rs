@@ -7,8 +7,11 @@ use bytes::Bytes;
 use flockd_acl::Denial;
 use flockd_proto::Reply;
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, Outcome};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta};
 use crate::services::pubsub::Mailbox;
 
 /// A subscription frame: `[kind, channel or null, count]`.
@@ -47,6 +50,7 @@ fn subscribe(ctx: &mut Ctx<'_>, pattern: bool, channels: Vec<Bytes>) -> CommandR
             super::permissions::deny(
                 ctx.services.acl(),
                 ctx.conn,
+                ctx.services.command_table(),
                 Denial::Channel,
                 &String::from_utf8_lossy(channel),
             );

@@ -5,8 +5,11 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::args::Args;
 use super::context::{CommandResult, Ctx, reply};
-use super::{Args, CommandDef, CommandError, CommandFlags, LocalCommand, Meta};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::{CommandFlags, Meta};
 
 #[derive(Debug)]
 pub struct Type {

@@ -5,9 +5,12 @@
 use bytes::Bytes;
 use flockd_proto::Reply;
 
+use super::args::Args;
 use super::context::{CommandResult, ConnState, Ctx, Outcome};
+use super::error::CommandError;
+use super::kinds::{CommandDef, LocalCommand};
+use super::meta::Meta;
 use super::subscribe::{FLAGS, frame};
-use super::{Args, CommandDef, CommandError, LocalCommand, Meta};
 use crate::services::pubsub::PubSub;
 
 fn take_all(args: &mut Args) -> Vec<Bytes> {

@@ -19,7 +19,7 @@ use std::str::FromStr;
 use clap::Args;
 use serde::Deserialize;
 
-use super::{ClusterConfig, Config};
+use super::running::{ClusterConfig, Config};
 
 /// Whether CONFIG SET may change a key while the server runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

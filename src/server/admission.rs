@@ -103,7 +103,8 @@ pub fn admit(shared: &Shared, config: &Config, conn: &mut ConnState, request: Re
         return refuse(CommandError::NoAuth);
     }
     if conn.authenticated
-        && let Err(e) = crate::commands::permissions::check(&shared.acl, conn, index, &request.args)
+        && let Err(e) =
+            crate::commands::permissions::check(&shared.acl, conn, TABLE, index, &request.args)
     {
         stats::rejected(stat, &e);
         if e == CommandError::UserDeleted {

@@ -71,7 +71,7 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
         Some(settings) if config.cluster.is_some() => Some(flockd_tls::cluster_tls(&settings)?),
         _ => None,
     };
-    let users = crate::commands::permissions::load_users(&config)?;
+    let users = crate::commands::permissions::load_users(crate::commands::TABLE, &config)?;
     // Up before the AOF loads, so /readyz can answer 503 while it does.
     let metrics = Arc::new(metrics::DaemonMetrics::default());
     let console = Arc::new(console::Console::new(config.console));

@@ -63,6 +63,10 @@ impl Services for Shared {
         self.sentinel_addr
     }
 
+    fn command_table(&self) -> &'static [crate::commands::Meta] {
+        crate::commands::TABLE
+    }
+
     fn stop(&self) {
         self.stopping.cancel();
     }

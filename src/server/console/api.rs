@@ -11,7 +11,7 @@ use flockd_acl::User;
 use flockd_core::{OpResult, Read, ScanFilter};
 use serde_json::{Value, json};
 
-use super::ConsoleError;
+use super::error::ConsoleError;
 use super::history::{self, History};
 use super::query;
 use crate::server::shared::Shared;

@@ -3,7 +3,7 @@
 //! what pub/sub publishes, and it is a client of the server as a subscriber is (CLIENT LIST
 //! shows it as `name=console`, CLIENT KILL ends it, it counts towards `maxclients`).
 //!
-//! Bounded: at most [`super::MAX_FEEDS`] feeds; each has [`QUEUE`] chunks waiting for its
+//! Bounded: at most [`MAX_FEEDS`] feeds; each has [`QUEUE`] chunks waiting for its
 //! reader at most. A reader that falls behind loses events, not memory: the feed drops what
 //! does not fit and, once there is room, sends a `dropped` event saying how many it lost.
 //! The feed ends when its reader goes, when the server shuts down, when the client is killed
@@ -20,7 +20,9 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
-use super::{ConsoleError, FeedSlot};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::error::{ConsoleError, MAX_FEEDS};
 use crate::server::shared::Shared;
 use crate::services::clients::ClientHandle;
 use crate::services::pubsub::{Delivery, LOCK_CHANNEL_PREFIX, Mailbox};
@@ -162,7 +164,11 @@ fn still_allowed(
             if fresh.enabled
                 && fresh.can_access_key(name)
                 && fresh.can_access_channel(channel)
-                && crate::commands::permissions::may_run(&fresh, "subscribe") =>
+                && crate::commands::permissions::may_run(
+                    crate::commands::TABLE,
+                    &fresh,
+                    "subscribe",
+                ) =>
         {
             *user = fresh;
             true
@@ -234,4 +240,24 @@ async fn run(
         )));
     }
     drop(feed);
+}
+
+/// One of the [`MAX_FEEDS`] places for an event stream, given back when dropped.
+pub struct FeedSlot(Arc<AtomicUsize>);
+
+impl FeedSlot {
+    pub(super) fn take(feeds: &Arc<AtomicUsize>) -> Result<FeedSlot, ConsoleError> {
+        feeds
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < MAX_FEEDS).then_some(open + 1)
+            })
+            .map_err(|_| ConsoleError::TooManyFeeds)?;
+        Ok(FeedSlot(feeds.clone()))
+    }
+}
+
+impl Drop for FeedSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }

@@ -10,11 +10,12 @@
 //! too) answers 404 everywhere here, as before the console existed.
 
 mod api;
+mod error;
 mod feed;
 mod history;
 mod query;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock};
 
 use base64::Engine;
@@ -22,70 +23,12 @@ use bytes::Bytes;
 use flockd_acl::{Denial, User};
 use flockd_metrics::{PageRequest, PageResponse, Pages};
 
+pub use error::{ConsoleError, MAX_FEEDS, MAX_PAGE};
+use error::JSON;
+use feed::FeedSlot;
 pub use history::History;
 
 use crate::server::shared::Shared;
-
-/// Server-sent event streams open at once, at most: they hold connections of the metrics
-/// port (64 in all), which must stay free for scrapes.
-pub const MAX_FEEDS: usize = 16;
-/// Held locks one search page returns, at most.
-pub const MAX_PAGE: usize = 200;
-
-const JSON: &str = "application/json";
-const REALM: &str = "Basic realm=\"flockd\", charset=\"UTF-8\"";
-
-/// Why a console request was refused; each maps to an HTTP status.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ConsoleError {
-    #[error("the server is still loading its data")]
-    Loading,
-    #[error("authentication required: the Redis port's credentials (HTTP Basic)")]
-    Unauthorized,
-    #[error("NOPERM User {user} has no permissions to run the '{command}' command")]
-    NoPermCommand { user: String, command: &'static str },
-    #[error("NOPERM No permissions to access a key")]
-    NoPermKey,
-    #[error("NOPERM No permissions to access a channel")]
-    NoPermChannel,
-    #[error("{0}")]
-    BadRequest(String),
-    #[error("no such console endpoint")]
-    NotFound,
-    #[error("only GET and HEAD")]
-    Method,
-    #[error("{MAX_FEEDS} event feeds are open already: close one")]
-    TooManyFeeds,
-    #[error("max number of clients reached")]
-    MaxClients,
-}
-
-impl ConsoleError {
-    fn status(&self) -> u16 {
-        match self {
-            ConsoleError::Loading => 503,
-            ConsoleError::Unauthorized => 401,
-            ConsoleError::NoPermCommand { .. }
-            | ConsoleError::NoPermKey
-            | ConsoleError::NoPermChannel => 403,
-            ConsoleError::BadRequest(_) => 400,
-            ConsoleError::NotFound => 404,
-            ConsoleError::Method => 405,
-            ConsoleError::TooManyFeeds | ConsoleError::MaxClients => 429,
-        }
-    }
-
-    fn response(&self) -> PageResponse {
-        let body = serde_json::json!({ "error": self.to_string() }).to_string();
-        let response =
-            PageResponse::whole(self.status(), JSON, body).header("cache-control", "no-store");
-        match self {
-            ConsoleError::Unauthorized => response.header("www-authenticate", REALM),
-            ConsoleError::Method => response.header("allow", "GET, HEAD"),
-            _ => response,
-        }
-    }
-}
 
 /// The console as the metrics port's [`Pages`]; the server is set once it serves.
 pub struct Console {
@@ -171,26 +114,6 @@ impl Pages for Console {
     }
 }
 
-/// One of the [`MAX_FEEDS`] places for an event stream, given back when dropped.
-pub struct FeedSlot(Arc<AtomicUsize>);
-
-impl FeedSlot {
-    fn take(feeds: &Arc<AtomicUsize>) -> Result<FeedSlot, ConsoleError> {
-        feeds
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
-                (open < MAX_FEEDS).then_some(open + 1)
-            })
-            .map_err(|_| ConsoleError::TooManyFeeds)?;
-        Ok(FeedSlot(feeds.clone()))
-    }
-}
-
-impl Drop for FeedSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// The user the request's credentials name; without credentials, `default` if it needs no
 /// password (as a new connection on the Redis port is logged in). A refusal is logged in
 /// ACL LOG as a failed AUTH is.
@@ -243,7 +166,7 @@ fn basic_credentials(header: &[u8]) -> Option<(String, Vec<u8>)> {
 }
 
 fn allowed(user: &User, command: &'static str) -> Result<(), ConsoleError> {
-    match crate::commands::permissions::may_run(user, command) {
+    match crate::commands::permissions::may_run(crate::commands::TABLE, user, command) {
         true => Ok(()),
         false => Err(ConsoleError::NoPermCommand {
             user: user.name.clone(),

@@ -3,7 +3,7 @@
 
 use std::ops::RangeInclusive;
 
-use super::ConsoleError;
+use super::error::ConsoleError;
 
 pub struct Query {
     pairs: Vec<(String, Vec<u8>)>,
