@@ -7,7 +7,7 @@ use flockd_core::{Op, OpResult, Read};
 
 use super::args::Args;
 use super::error::CommandError;
-use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::kinds::{CommandDef, OpCommand, unexpected};
 use super::meta::{CommandFlags, Meta};
 
 #[derive(Debug)]
@@ -35,7 +35,7 @@ impl CommandDef for FenceGet {
     }
 }
 
-impl StateCommand for FenceGet {
+impl OpCommand for FenceGet {
     fn into_op(self, _client_id: u64) -> Op {
         Op::Read(Read::FenceGet { key: self.key })
     }

@@ -8,7 +8,7 @@ use flockd_proto::Reply;
 
 use super::args::Args;
 use super::error::CommandError;
-use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::kinds::{CommandDef, OpCommand, unexpected};
 use super::meta::{CommandFlags, Meta};
 use flockd_core::{Op, OpResult};
 
@@ -66,7 +66,7 @@ impl CommandDef for FenceSet {
     }
 }
 
-impl StateCommand for FenceSet {
+impl OpCommand for FenceSet {
     fn into_op(self, _client_id: u64) -> Op {
         Op::FenceSet {
             key: self.key,

@@ -7,7 +7,7 @@ use flockd_core::{Op, OpResult, Read};
 
 use super::args::Args;
 use super::error::CommandError;
-use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::kinds::{CommandDef, OpCommand, unexpected};
 use super::meta::{CommandFlags, Meta};
 
 #[derive(Debug)]
@@ -35,7 +35,7 @@ impl CommandDef for FenceToken {
     }
 }
 
-impl StateCommand for FenceToken {
+impl OpCommand for FenceToken {
     fn into_op(self, _client_id: u64) -> Op {
         Op::Read(Read::FenceToken { key: self.key })
     }

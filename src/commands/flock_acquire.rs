@@ -3,13 +3,13 @@
 //! not admitted (at once, or after WAIT ms in the FIFO queue).
 
 use bytes::Bytes;
-use flockd_core::{AcquireResult, CancelResult, Mode, Op, OpResult, Terms, Wait, WaitId};
+use flockd_core::{AcquireResult, CancelResult, Conditions, Mode, Op, OpResult, Wait, WaitId};
 use flockd_proto::Reply;
 
 use super::args::Args;
 use super::context::{Blocking, BlockingHook};
 use super::error::CommandError;
-use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::kinds::{CommandDef, OpCommand, unexpected};
 use super::meta::{CommandFlags, Meta};
 
 #[derive(Debug)]
@@ -18,8 +18,8 @@ pub struct FlockAcquire {
     lease_ms: u64,
     wait_ms: u64,
     owner: Option<Bytes>,
-    /// The terms but the session, which is the connection's (SESSION).
-    terms: Terms,
+    /// The conditions but the session, which is the connection's (SESSION).
+    conditions: Conditions,
     session: bool,
 }
 
@@ -31,11 +31,11 @@ pub fn end_session(client_id: u64, names: Vec<Bytes>) -> Op {
     }
 }
 
-/// The terms with the session of connection `client_id` if the command asked for SESSION.
-pub(super) fn with_session(terms: Terms, session: bool, client_id: u64) -> Terms {
-    Terms {
+/// The conditions with the session of connection `client_id` if the command asked for SESSION.
+pub(super) fn with_session(conditions: Conditions, session: bool, client_id: u64) -> Conditions {
+    Conditions {
         session: session.then_some(client_id),
-        ..terms
+        ..conditions
     }
 }
 
@@ -120,9 +120,9 @@ impl AcquireOptions {
         Ok(o)
     }
 
-    /// The terms but the session (see [`with_session`]).
-    pub fn terms(&self) -> Terms {
-        Terms {
+    /// The conditions but the session (see [`with_session`]).
+    pub fn conditions(&self) -> Conditions {
+        Conditions {
             mode: self.mode.unwrap_or_default(),
             session: None,
             lock_delay_ms: self.lock_delay_ms.unwrap_or(0),
@@ -160,14 +160,14 @@ impl CommandDef for FlockAcquire {
             name,
             lease_ms,
             wait_ms: options.wait_ms.unwrap_or(0),
-            terms: options.terms(),
+            conditions: options.conditions(),
             session: options.session,
             owner: options.owner,
         })
     }
 }
 
-impl StateCommand for FlockAcquire {
+impl OpCommand for FlockAcquire {
     fn into_op(self, client_id: u64) -> Op {
         Op::Acquire {
             name: self.name,
@@ -182,7 +182,7 @@ impl StateCommand for FlockAcquire {
             } else {
                 Wait::No
             },
-            terms: with_session(self.terms, self.session, client_id),
+            conditions: with_session(self.conditions, self.session, client_id),
         }
     }
 

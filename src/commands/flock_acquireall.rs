@@ -4,14 +4,14 @@
 //! busy name can starve it.
 
 use bytes::Bytes;
-use flockd_core::{AcquireAllResult, CancelAllResult, Op, OpResult, Terms, WaitId};
+use flockd_core::{AcquireAllResult, CancelAllResult, Conditions, Op, OpResult, WaitId};
 use flockd_proto::Reply;
 
 use super::args::Args;
 use super::context::{Blocking, BlockingHook};
 use super::error::CommandError;
 use super::flock_acquire::{AcquireOptions, with_session};
-use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::kinds::{CommandDef, OpCommand, unexpected};
 use super::meta::{CommandFlags, Meta};
 
 /// The most names one FLOCK.ACQUIREALL takes.
@@ -23,8 +23,8 @@ pub struct FlockAcquireAll {
     lease_ms: u64,
     wait_ms: u64,
     owner: Option<Bytes>,
-    /// The terms but the session, which is the connection's (SESSION).
-    terms: Terms,
+    /// The conditions but the session, which is the connection's (SESSION).
+    conditions: Conditions,
     session: bool,
 }
 
@@ -110,21 +110,21 @@ impl CommandDef for FlockAcquireAll {
             names,
             lease_ms,
             wait_ms: options.wait_ms.unwrap_or(0),
-            terms: options.terms(),
+            conditions: options.conditions(),
             session: options.session,
             owner: options.owner,
         })
     }
 }
 
-impl StateCommand for FlockAcquireAll {
+impl OpCommand for FlockAcquireAll {
     fn into_op(self, client_id: u64) -> Op {
         Op::AcquireAll {
             names: self.names,
             lease_ms: self.lease_ms,
             owner: self.owner,
             wait: self.wait_ms > 0,
-            terms: with_session(self.terms, self.session, client_id),
+            conditions: with_session(self.conditions, self.session, client_id),
         }
     }
 

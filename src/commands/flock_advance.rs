@@ -6,7 +6,7 @@ use flockd_proto::Reply;
 
 use super::args::Args;
 use super::error::CommandError;
-use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::kinds::{CommandDef, OpCommand, unexpected};
 use super::meta::{CommandFlags, Meta};
 use flockd_core::{Op, OpResult};
 
@@ -40,7 +40,7 @@ impl CommandDef for FlockAdvance {
     }
 }
 
-impl StateCommand for FlockAdvance {
+impl OpCommand for FlockAdvance {
     fn into_op(self, _client_id: u64) -> Op {
         Op::Advance {
             name: self.name,

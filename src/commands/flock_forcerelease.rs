@@ -6,7 +6,7 @@ use flockd_proto::Reply;
 
 use super::args::Args;
 use super::error::CommandError;
-use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::kinds::{CommandDef, OpCommand, unexpected};
 use super::meta::{CommandFlags, Meta};
 use flockd_core::{Op, OpResult};
 
@@ -38,7 +38,7 @@ impl CommandDef for FlockForceRelease {
     }
 }
 
-impl StateCommand for FlockForceRelease {
+impl OpCommand for FlockForceRelease {
     fn into_op(self, _client_id: u64) -> Op {
         Op::ForceRelease { name: self.name }
     }

@@ -8,7 +8,7 @@ use flockd_core::{Op, OpResult, Read};
 
 use super::args::Args;
 use super::error::CommandError;
-use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::kinds::{CommandDef, OpCommand, unexpected};
 use super::meta::{CommandFlags, Meta};
 
 #[derive(Debug)]
@@ -37,7 +37,7 @@ impl CommandDef for FlockHolders {
     }
 }
 
-impl StateCommand for FlockHolders {
+impl OpCommand for FlockHolders {
     fn into_op(self, _client_id: u64) -> Op {
         Op::Read(Read::Holders { name: self.name })
     }

@@ -6,7 +6,7 @@ use flockd_proto::Reply;
 
 use super::args::Args;
 use super::error::CommandError;
-use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::kinds::{CommandDef, OpCommand, unexpected};
 use super::meta::{CommandFlags, Meta};
 use flockd_core::{Op, OpResult};
 
@@ -37,7 +37,7 @@ impl CommandDef for FlockRelease {
     }
 }
 
-impl StateCommand for FlockRelease {
+impl OpCommand for FlockRelease {
     fn into_op(self, _client_id: u64) -> Op {
         Op::Release {
             name: self.name,

@@ -6,7 +6,7 @@ use flockd_proto::Reply;
 
 use super::args::Args;
 use super::error::CommandError;
-use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::kinds::{CommandDef, OpCommand, unexpected};
 use super::meta::{CommandFlags, Meta};
 use flockd_core::{Op, OpResult};
 
@@ -39,7 +39,7 @@ impl CommandDef for FlockRenew {
     }
 }
 
-impl StateCommand for FlockRenew {
+impl OpCommand for FlockRenew {
     fn into_op(self, _client_id: u64) -> Op {
         Op::Renew {
             name: self.name,

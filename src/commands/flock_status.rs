@@ -9,7 +9,7 @@ use flockd_core::{Op, OpResult, Read};
 
 use super::args::Args;
 use super::error::CommandError;
-use super::kinds::{CommandDef, StateCommand, unexpected};
+use super::kinds::{CommandDef, OpCommand, unexpected};
 use super::meta::{CommandFlags, Meta};
 
 #[derive(Debug)]
@@ -37,7 +37,7 @@ impl CommandDef for FlockStatus {
     }
 }
 
-impl StateCommand for FlockStatus {
+impl OpCommand for FlockStatus {
     fn into_op(self, _client_id: u64) -> Op {
         Op::Read(Read::Status { name: self.name })
     }

@@ -1,6 +1,7 @@
 //! The kinds of command every command file implements: [`CommandDef`] (its metadata and
-//! parse) and then [`StateCommand`] (an op and the reply to its result) or [`LocalCommand`]
-//! (runs at once).
+//! parse) and then [`OpCommand`] (an op and the reply to its result: the state commands,
+//! and the reads, whose op runs on the applied state or inside a transaction's entry) or
+//! [`LocalCommand`] (runs at once against the connection or the server).
 
 use bytes::Bytes;
 use flockd_core::{Op, OpResult};
@@ -19,8 +20,10 @@ pub trait CommandDef: Sized {
     fn parse(args: &mut Args) -> Result<Self, CommandError>;
 }
 
-/// A command that changes state: it says which op, and how to answer from its result.
-pub trait StateCommand: CommandDef {
+/// A command with an op: it says which op, and how to answer from its result. The state
+/// commands propose theirs to the log; a read's op runs at once on the applied state
+/// (`Op::Read`), or as one op of a transaction's entry.
+pub trait OpCommand: CommandDef {
     /// The op, for the connection `client_id` (what SESSION binds a holding to).
     fn into_op(self, client_id: u64) -> Op;
     /// The op inside a transaction, where nothing blocks (as BLPOP inside MULTI does not).

@@ -1,6 +1,6 @@
 //! Typed commands: one file per command, each a struct with `parse` (arguments to the typed
 //! command), then one of two kinds:
-//! - a **state** command ([`StateCommand`]) becomes an [`flockd_core::Op`] and formats the
+//! - a **state** command ([`OpCommand`]) becomes an [`flockd_core::Op`] and formats the
 //!   result of applying it: it never touches the state itself;
 //! - a **read** has an op and a reply too, but outside a transaction it runs at once against
 //!   the applied state, without the log;
@@ -19,7 +19,7 @@ mod meta;
 
 pub use args::{ArgLimits, Args};
 pub use error::CommandError;
-pub use kinds::{CommandDef, LocalCommand, StateCommand, unexpected};
+pub use kinds::{CommandDef, LocalCommand, OpCommand, unexpected};
 pub use meta::{CommandFlags, Meta, SubMeta};
 
 mod acl;
@@ -126,7 +126,7 @@ macro_rules! transact {
     };
 }
 
-fn proposal<T: StateCommand>(cmd: T, client_id: u64) -> Proposal {
+fn proposal<T: OpCommand>(cmd: T, client_id: u64) -> Proposal {
     Proposal {
         blocking: cmd.blocking(),
         session_names: cmd.session_names(),
@@ -136,7 +136,7 @@ fn proposal<T: StateCommand>(cmd: T, client_id: u64) -> Proposal {
 }
 
 /// Inside a transaction nothing blocks: the command gives its non-blocking op.
-fn transaction_proposal<T: StateCommand>(cmd: T, client_id: u64) -> Proposal {
+fn transaction_proposal<T: OpCommand>(cmd: T, client_id: u64) -> Proposal {
     Proposal {
         blocking: None,
         session_names: cmd.session_names(),
@@ -147,7 +147,7 @@ fn transaction_proposal<T: StateCommand>(cmd: T, client_id: u64) -> Proposal {
 
 /// A read runs at once against the applied state, with the same op and reply it has inside a
 /// transaction.
-fn read_now<T: StateCommand>(cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
+fn read_now<T: OpCommand>(cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
     let read = read_of(cmd)?;
     let result = ctx.machine().read(&read, ctx.now);
     T::reply(result).map(Outcome::Reply)
@@ -156,7 +156,7 @@ fn read_now<T: StateCommand>(cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
 /// A read on a cluster node: once the node's applied state holds every write committed before
 /// the read arrived (the leader's read point), it runs there, judging leases by the leader's
 /// clock at that point. So it is linearizable on any node without an entry in the log.
-fn read_at<T: StateCommand>(point: ReadWait, cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
+fn read_at<T: OpCommand>(point: ReadWait, cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
     let read = read_of(cmd)?;
     let host = ctx.services.host().clone();
     Ok(Outcome::Await(Box::pin(async move {
@@ -173,7 +173,7 @@ fn read_at<T: StateCommand>(point: ReadWait, cmd: T, ctx: &mut Ctx<'_>) -> Comma
     })))
 }
 
-fn read_of<T: StateCommand>(cmd: T) -> Result<flockd_core::Read, CommandError> {
+fn read_of<T: OpCommand>(cmd: T) -> Result<flockd_core::Read, CommandError> {
     // A read binds nothing to its connection.
     match cmd.into_op(0) {
         Op::Read(read) => Ok(read),

@@ -137,10 +137,15 @@ impl StateHost {
 }
 
 impl StateHost {
-    /// Applies committed entries and routes their events. `local`: this node proposed them,
+    /// Applies committed entries and routes their events. `proposed_here`: this node proposed them,
     /// so the waits they queue belong to connections parked here (a cluster node applies the
     /// others' entries too, and keeps no slot for their waits).
-    fn apply_entries(&self, entries: &[Entry], local: bool, results: &mut Vec<Vec<OpResult>>) {
+    fn apply_entries(
+        &self,
+        entries: &[Entry],
+        proposed_here: bool,
+        results: &mut Vec<Vec<OpResult>>,
+    ) {
         let mut events = Vec::new();
         // Collected only while somebody listens, and published on the pub/sub thread, so
         // subscribers never hold up applying (or the readers waiting for it).
@@ -156,14 +161,14 @@ impl StateHost {
                     machine.apply_in_entry(entry.position, index as u32, entry.at, op, &mut events);
                 match (&result, op) {
                     (OpResult::Acquire(AcquireResult::Queued(wait)), Op::Acquire { name, .. }) => {
-                        if local {
+                        if proposed_here {
                             self.waits.queued(*wait);
                         }
                         contended.push((name, Contention::Queued));
                     }
                     (OpResult::Acquire(AcquireResult::Queued(wait)), _)
                     | (OpResult::AcquireAll(AcquireAllResult::Queued(wait)), _)
-                        if local =>
+                        if proposed_here =>
                     {
                         self.waits.queued(*wait)
                     }
@@ -202,8 +207,8 @@ impl StateHost {
 /// The one seam both logs drive it through: the AOF's writer after each durable batch, the
 /// Raft state machine after each committed entry.
 impl Apply for StateHost {
-    fn apply(&self, entries: &[Entry], local: bool, results: &mut Vec<Vec<OpResult>>) {
-        self.apply_entries(entries, local, results)
+    fn apply(&self, entries: &[Entry], proposed_here: bool, results: &mut Vec<Vec<OpResult>>) {
+        self.apply_entries(entries, proposed_here, results)
     }
 
     fn snapshot(&self) -> Snapshot {

@@ -473,7 +473,7 @@ fn not_idempotent(from: u64, to: u64) -> Vec<LogEntry> {
             ops: vec![
                 Op::BumpAll { by: 1 },
                 Op::Acquire {
-                    terms: Default::default(),
+                    conditions: Default::default(),
                     name: Bytes::from_static(b"reentrant"),
                     lease_ms: 60_000,
                     owner: Some(Bytes::from_static(b"o")),

@@ -235,14 +235,14 @@ fn open_upgrades_a_first_format_file_and_appends_after() {
             Millis(5_001),
             vec![
                 Op::Acquire {
-                    terms: Default::default(),
+                    conditions: Default::default(),
                     name: b("held"),
                     lease_ms: 30_000,
                     owner: Some(b("w1")),
                     wait: false.into(),
                 },
                 Op::Acquire {
-                    terms: Default::default(),
+                    conditions: Default::default(),
                     name: b("fresh"),
                     lease_ms: 30_000,
                     owner: None,
@@ -357,7 +357,7 @@ fn the_fixture_upgrades_and_replays_after_new_proposals() {
                     token: 600,
                 },
                 Op::Acquire {
-                    terms: Default::default(),
+                    conditions: Default::default(),
                     name: b("new"),
                     lease_ms: 10_000,
                     owner: None,

@@ -94,7 +94,7 @@ fn proposals_are_answered_with_their_results_once_applied() {
     let rt = runtime();
     let name = Bytes::from_static(b"lock");
     let acquire = |owner: &'static [u8]| Op::Acquire {
-        terms: Default::default(),
+        conditions: Default::default(),
         name: name.clone(),
         lease_ms: 10_000,
         owner: Some(Bytes::from_static(owner)),
@@ -637,7 +637,7 @@ fn an_entry_applied_at_start_is_logged_in_front_of_the_next_batch() {
     let host = Host::new();
     let aof = host.open(AofOptions::new(&path)).expect("open");
     let acquire = Op::Acquire {
-        terms: Default::default(),
+        conditions: Default::default(),
         name: Bytes::from_static(b"held"),
         lease_ms: 10_000,
         owner: None,
@@ -708,7 +708,7 @@ fn an_entry_applied_at_start_is_logged_in_front_of_the_next_batch() {
             (
                 1,
                 Op::Acquire {
-                    terms: Default::default(),
+                    conditions: Default::default(),
                     name: Bytes::from_static(b"held"),
                     lease_ms: 10_000,
                     owner: None,

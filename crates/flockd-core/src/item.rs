@@ -1,6 +1,6 @@
 //! One item of a snapshot: a piece of state that rebuilds itself (see [`crate::Snapshot`]).
 
-use crate::terms::Terms;
+use crate::conditions::Conditions;
 use crate::{Millis, WaitId};
 
 /// One piece of state. Borrowed, so that writing a snapshot of ten million names copies no
@@ -22,7 +22,7 @@ pub enum SnapshotItem<'a> {
         lease_ms: u64,
         deadline: Millis,
         grants: Vec<(WaitId, u64)>,
-        terms: Terms,
+        conditions: Conditions,
     },
     /// A queued waiter; a name's waiters come in queue order.
     Waiter {
@@ -30,7 +30,7 @@ pub enum SnapshotItem<'a> {
         wait: WaitId,
         owner: Option<&'a [u8]>,
         lease_ms: u64,
-        terms: Terms,
+        conditions: Conditions,
         /// When the log drops it (`None`: when its proposer cancels it).
         deadline: Option<Millis>,
         /// The cluster node whose connection waits (0: none named).
@@ -42,7 +42,7 @@ pub enum SnapshotItem<'a> {
         names: Vec<&'a [u8]>,
         owner: Option<&'a [u8]>,
         lease_ms: u64,
-        terms: Terms,
+        conditions: Conditions,
     },
     /// The name grants nothing before `until` (lock-delay).
     Delay { name: &'a [u8], until: Millis },

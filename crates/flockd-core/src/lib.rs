@@ -10,6 +10,7 @@
 //! which wait, when a lease deadline is reached, where the log lives) is the server's business;
 //! the core only keeps the index of lease deadlines that the server's expiry task reads.
 
+pub mod conditions;
 pub mod error;
 pub mod event;
 pub mod fence;
@@ -19,10 +20,10 @@ pub mod machine;
 pub mod op;
 pub mod snapshot;
 pub mod table;
-pub mod terms;
 pub mod time;
 pub mod v1;
 
+pub use conditions::{Conditions, Mode};
 pub use error::LockError;
 pub use event::Event;
 pub use fence::FenceStats;
@@ -35,7 +36,6 @@ pub use op::{
 };
 pub use snapshot::Snapshot;
 pub use table::{HolderStatus, LockStats, LockStatus, ScanFilter};
-pub use terms::{Mode, Terms};
 pub use time::Millis;
 pub use v1::V1Change;
 

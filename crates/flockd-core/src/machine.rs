@@ -8,8 +8,8 @@ use crate::keys::{FENCE_SPACE, KeyType};
 use crate::snapshot::Snapshot;
 use crate::table::{Acquire, AcquireAll, LockTable, ScanFilter, V1HoldingChange};
 use crate::{
-    AcquireResult, Event, FenceStats, HoldingRef, LockStats, LockStatus, Millis, Op, OpResult,
-    Read, Terms, V1Change, WaitId,
+    AcquireResult, Conditions, Event, FenceStats, HoldingRef, LockStats, LockStatus, Millis, Op,
+    OpResult, Read, V1Change, WaitId,
 };
 
 /// The result of one op and the events it caused, in the order they happened.
@@ -76,14 +76,14 @@ impl StateMachine {
                 lease_ms,
                 owner,
                 wait,
-                terms,
+                conditions,
             } => {
                 let request = Acquire {
                     wait_id: WaitId { position, index },
                     owner,
                     lease_ms: *lease_ms,
                     wait: *wait,
-                    terms: *terms,
+                    conditions: *conditions,
                 };
                 OpResult::Acquire(locks.acquire(name, request, at, events))
             }
@@ -92,7 +92,7 @@ impl StateMachine {
                 lease_ms,
                 owner,
                 wait,
-                terms,
+                conditions,
             } => {
                 let request = AcquireAll {
                     wait_id: WaitId { position, index },
@@ -100,7 +100,7 @@ impl StateMachine {
                     owner,
                     lease_ms: *lease_ms,
                     wait: *wait,
-                    terms: *terms,
+                    conditions: *conditions,
                 };
                 OpResult::AcquireAll(locks.acquire_all(request, at, events))
             }
@@ -400,7 +400,7 @@ impl StateMachine {
                 lease_ms: *lease_ms,
                 deadline: Millis(u64::MAX),
                 grants: Vec::new(),
-                terms: Terms::default(),
+                conditions: Conditions::default(),
             }),
             V1Change::Renew { name, lease_ms } => self
                 .locks

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::LockError;
+use crate::conditions::Conditions;
 use crate::table::HolderStatus;
-use crate::terms::Terms;
 
 /// Identifies one queued waiter: the log position of the op that queued it and the op's index
 /// within its entry (a transaction puts several ops in one entry). Unique for the whole life of
@@ -84,17 +84,17 @@ pub enum Op {
         lease_ms: u64,
         owner: Option<Bytes>,
         wait: Wait,
-        terms: Terms,
+        conditions: Conditions,
     },
     /// FLOCK.ACQUIREALL: every name exclusively, all at once or none. `wait`: wait, holding
     /// nothing and queued on no name, until every name would grant at the same moment. Only
-    /// the session of `terms` is used (the holdings are exclusive, without lock-delay).
+    /// the session of `conditions` is used (the holdings are exclusive, without lock-delay).
     AcquireAll {
         names: Vec<Bytes>,
         lease_ms: u64,
         owner: Option<Bytes>,
         wait: bool,
-        terms: Terms,
+        conditions: Conditions,
     },
     /// FLOCK.RENEW: reset the lease of the holding `token` belongs to.
     Renew {

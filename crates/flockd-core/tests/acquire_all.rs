@@ -5,8 +5,8 @@
 
 use bytes::Bytes;
 use flockd_core::{
-    AcquireAllResult, AcquireResult, Applied, CancelAllResult, Event, HoldingRef, Millis, Mode, Op,
-    OpResult, StateMachine, Terms, WaitId,
+    AcquireAllResult, AcquireResult, Applied, CancelAllResult, Conditions, Event, HoldingRef,
+    Millis, Mode, Op, OpResult, StateMachine, WaitId,
 };
 
 fn b(s: &str) -> Bytes {
@@ -37,7 +37,7 @@ impl Log {
                 lease_ms,
                 owner: owner.map(b),
                 wait: false.into(),
-                terms: Terms::default(),
+                conditions: Conditions::default(),
             },
         )
         .result
@@ -58,7 +58,7 @@ impl Log {
                 lease_ms,
                 owner: owner.map(b),
                 wait,
-                terms: Terms::default(),
+                conditions: Conditions::default(),
             },
         )
     }
@@ -186,9 +186,9 @@ fn an_expiry_or_the_end_of_a_lock_delay_is_the_moment_of_the_grant() {
             lease_ms: 10,
             owner: None,
             wait: false.into(),
-            terms: Terms {
+            conditions: Conditions {
                 lock_delay_ms: 20,
-                ..Terms::default()
+                ..Conditions::default()
             },
         },
     );
@@ -229,7 +229,7 @@ fn a_single_name_queue_comes_before_a_waiter_of_several() {
             lease_ms: 100,
             owner: None,
             wait: true.into(),
-            terms: Terms::default(),
+            conditions: Conditions::default(),
         },
     );
     let OpResult::Acquire(AcquireResult::Queued(single)) = single.result else {
@@ -382,9 +382,9 @@ fn an_owner_reenters_what_it_holds_and_cannot_upgrade_a_shared_hold() {
             lease_ms: 100,
             owner: Some(b("me")),
             wait: false.into(),
-            terms: Terms {
+            conditions: Conditions {
                 mode: Mode::Shared,
-                ..Terms::default()
+                ..Conditions::default()
             },
         },
     );

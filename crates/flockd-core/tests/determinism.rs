@@ -15,8 +15,8 @@ use std::hash::{Hash, Hasher};
 
 use bytes::Bytes;
 use flockd_core::{
-    AcquireAllResult, AcquireResult, Event, HoldingRef, MAX_TOKEN, Millis, Mode, Op, OpResult,
-    Snapshot, SnapshotItem, StateMachine, Terms, WaitId,
+    AcquireAllResult, AcquireResult, Conditions, Event, HoldingRef, MAX_TOKEN, Millis, Mode, Op,
+    OpResult, Snapshot, SnapshotItem, StateMachine, WaitId,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -272,7 +272,7 @@ fn concretize(g: &Gen, sm: &mut StateMachine, seen: &Seen, now: Millis) -> Optio
             session,
             lock_delay,
         } => Op::Acquire {
-            terms: Terms {
+            conditions: Conditions {
                 mode: match mode {
                     0 => Mode::Exclusive,
                     1 => Mode::Shared,
@@ -370,9 +370,9 @@ fn concretize(g: &Gen, sm: &mut StateMachine, seen: &Seen, now: Millis) -> Optio
             lease_ms: lease,
             owner: OWNERS[owner].map(bytes),
             wait,
-            terms: Terms {
+            conditions: Conditions {
                 session,
-                ..Terms::default()
+                ..Conditions::default()
             },
         },
         Gen::CancelWaitAll {
@@ -427,14 +427,14 @@ enum Item {
         lease_ms: u64,
         deadline: Millis,
         grants: Vec<(WaitId, u64)>,
-        terms: Terms,
+        conditions: Conditions,
     },
     Waiter {
         name: Vec<u8>,
         wait: WaitId,
         owner: Option<Vec<u8>>,
         lease_ms: u64,
-        terms: Terms,
+        conditions: Conditions,
         deadline: Option<Millis>,
         node: u64,
     },
@@ -445,7 +445,7 @@ enum Item {
         names: Vec<Vec<u8>>,
         owner: Option<Vec<u8>>,
         lease_ms: u64,
-        terms: Terms,
+        conditions: Conditions,
     },
 }
 
@@ -463,7 +463,7 @@ impl Item {
                 lease_ms,
                 deadline,
                 grants,
-                terms,
+                conditions,
             } => Item::Holding {
                 name: name.to_vec(),
                 first_token,
@@ -473,14 +473,14 @@ impl Item {
                 lease_ms,
                 deadline,
                 grants,
-                terms,
+                conditions,
             },
             SnapshotItem::Waiter {
                 name,
                 wait,
                 owner,
                 lease_ms,
-                terms,
+                conditions,
                 deadline,
                 node,
             } => Item::Waiter {
@@ -488,7 +488,7 @@ impl Item {
                 wait,
                 owner: owner.map(<[u8]>::to_vec),
                 lease_ms,
-                terms,
+                conditions,
                 deadline,
                 node,
             },
@@ -501,13 +501,13 @@ impl Item {
                 names,
                 owner,
                 lease_ms,
-                terms,
+                conditions,
             } => Item::MultiWaiter {
                 wait,
                 names: names.iter().map(|n| n.to_vec()).collect(),
                 owner: owner.map(<[u8]>::to_vec),
                 lease_ms,
-                terms,
+                conditions,
             },
         }
     }
@@ -528,9 +528,9 @@ impl Item {
                 lease_ms,
                 deadline,
                 grants,
-                terms,
+                conditions,
             } => SnapshotItem::Holding {
-                terms: *terms,
+                conditions: *conditions,
                 name,
                 first_token: *first_token,
                 token: *token,
@@ -545,11 +545,11 @@ impl Item {
                 wait,
                 owner,
                 lease_ms,
-                terms,
+                conditions,
                 deadline,
                 node,
             } => SnapshotItem::Waiter {
-                terms: *terms,
+                conditions: *conditions,
                 name,
                 wait: *wait,
                 owner: owner.as_deref(),
@@ -571,13 +571,13 @@ impl Item {
                 names,
                 owner,
                 lease_ms,
-                terms,
+                conditions,
             } => SnapshotItem::MultiWaiter {
                 wait: *wait,
                 names: names.iter().map(Vec::as_slice).collect(),
                 owner: owner.as_deref(),
                 lease_ms: *lease_ms,
-                terms: *terms,
+                conditions: *conditions,
             },
         };
         sm.restore(&item);
@@ -683,7 +683,7 @@ fn mutate(sm: &mut StateMachine, mutation: &Mutation) -> Option<bool> {
             value: bytes(b"mutated"),
         },
         Mutation::Queue(n) => Op::Acquire {
-            terms: Default::default(),
+            conditions: Default::default(),
             name: bytes(NAMES[n]),
             lease_ms: 10,
             owner: Some(bytes(b"mutant")),
@@ -814,14 +814,14 @@ proptest! {
 fn the_same_log_gives_the_same_digest_on_two_fresh_machines() {
     let ops = [
         Op::Acquire {
-            terms: Default::default(),
+            conditions: Default::default(),
             name: bytes(b"a"),
             lease_ms: 100,
             owner: Some(bytes(b"x")),
             wait: false.into(),
         },
         Op::Acquire {
-            terms: Default::default(),
+            conditions: Default::default(),
             name: bytes(b"a"),
             lease_ms: 100,
             owner: None,
@@ -866,7 +866,7 @@ fn the_digest_sees_every_part_of_the_state() {
     };
     let holding =
         |first_token, token, holds, owner: &[u8], lease_ms, deadline, grants| Item::Holding {
-            terms: Default::default(),
+            conditions: Default::default(),
             name: b"a".to_vec(),
             first_token,
             token,
@@ -877,7 +877,7 @@ fn the_digest_sees_every_part_of_the_state() {
             grants,
         };
     let waiter = |wait, owner: Option<&[u8]>, lease_ms| Item::Waiter {
-        terms: Default::default(),
+        conditions: Default::default(),
         name: b"a".to_vec(),
         wait,
         owner: owner.map(<[u8]>::to_vec),

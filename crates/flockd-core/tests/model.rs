@@ -524,7 +524,7 @@ impl Run {
                     self.waits.push((name, wait_id));
                 }
                 let op = Op::Acquire {
-                    terms: Default::default(),
+                    conditions: Default::default(),
                     name: name_bytes(name),
                     lease_ms: lease,
                     owner: owner_bytes(owner),

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use flockd_core::{
-    AcquireAllResult, AcquireResult, Event, Millis, Mode, Op, OpResult, SnapshotItem, StateMachine,
-    Terms, WaitId,
+    AcquireAllResult, AcquireResult, Conditions, Event, Millis, Mode, Op, OpResult, SnapshotItem,
+    StateMachine, WaitId,
 };
 use proptest::prelude::*;
 
@@ -121,20 +121,23 @@ fn read_state(sm: &StateMachine) -> BTreeMap<Vec<u8>, NameState> {
             first_token,
             token,
             deadline,
-            terms,
+            conditions,
             ..
         } => {
             let state = out.entry(name.to_vec()).or_default();
-            state.holdings.push((token, terms.mode, deadline));
+            state.holdings.push((token, conditions.mode, deadline));
             state.first_tokens.push(first_token);
         }
         SnapshotItem::Waiter {
-            name, wait, terms, ..
+            name,
+            wait,
+            conditions,
+            ..
         } => out
             .entry(name.to_vec())
             .or_default()
             .waiters
-            .push((wait, terms.mode)),
+            .push((wait, conditions.mode)),
         SnapshotItem::Delay { name, until } => {
             out.entry(name.to_vec()).or_default().delay_until = until
         }
@@ -181,7 +184,7 @@ proptest! {
                     lease_ms: lease,
                     owner: OWNERS[owner].map(Bytes::from_static),
                     wait: wait.into(),
-                    terms: Terms {
+                    conditions: Conditions {
                         mode: mode_of(mode),
                         session: session.then_some(7),
                         lock_delay_ms: delay,
@@ -213,7 +216,7 @@ proptest! {
                         lease_ms: lease,
                         owner: OWNERS[owner].map(Bytes::from_static),
                         wait,
-                        terms: Terms { session: session.then_some(7), ..Terms::default() },
+                        conditions: Conditions { session: session.then_some(7), ..Conditions::default() },
                     }
                 }
                 Step::CancelAll { pick } => {

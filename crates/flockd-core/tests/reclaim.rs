@@ -58,7 +58,7 @@ impl Log {
 
     fn grant(&mut self, at: Millis, n: &str) -> u64 {
         let op = Op::Acquire {
-            terms: Default::default(),
+            conditions: Default::default(),
             name: Bytes::copy_from_slice(n.as_bytes()),
             lease_ms: 10,
             owner: None,
@@ -129,7 +129,7 @@ proptest! {
         for step in &steps {
             match *step {
                 Step::Acquire(n) => {
-                    let op = Op::Acquire {terms: Default::default(),  name: name(n), lease_ms: 1000, owner: None, wait: false.into() };
+                    let op = Op::Acquire {conditions: Default::default(),  name: name(n), lease_ms: 1000, owner: None, wait: false.into() };
                     if let OpResult::Acquire(AcquireResult::Granted(token)) = log.apply(now, op) {
                         let before = seen.get(&n).copied().unwrap_or(0);
                         prop_assert!(token > before, "name {}: token {} after {}", n, token, before);
@@ -221,7 +221,7 @@ fn reclaim_forgets_idle_names_down_to_the_bound_and_raises_the_floor() {
     }
     // One lock stays held: the pass never picks it.
     let op = Op::Acquire {
-        terms: Default::default(),
+        conditions: Default::default(),
         name: Bytes::from_static(b"held"),
         lease_ms: 60_000,
         owner: None,

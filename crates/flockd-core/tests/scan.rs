@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
 use common::Log;
-use flockd_core::{Millis, Op, ScanFilter, StateMachine, Terms};
+use flockd_core::{Conditions, Millis, Op, ScanFilter, StateMachine};
 
 fn name(i: usize) -> Bytes {
     Bytes::from(format!("name:{i}"))
@@ -75,7 +75,7 @@ fn held_returns_only_names_with_a_live_holding() {
             lease_ms: 100,
             owner: None,
             wait: false.into(),
-            terms: Terms::default(),
+            conditions: Conditions::default(),
         });
     }
     let mut held = BTreeSet::new();

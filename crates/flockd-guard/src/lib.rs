@@ -25,7 +25,7 @@
 use bytes::{Bytes, BytesMut};
 use flockd::commands::{self, ArgLimits, Command};
 use flockd_aof::record::{RecordTooLarge, encode_entry};
-use flockd_core::{Millis, Op, OpResult, StateMachine, Terms, Wait};
+use flockd_core::{Conditions, Millis, Op, OpResult, StateMachine, Wait};
 use flockd_proto::{Limits, ProtocolError, ProtocolVersion, Reply, Request, RequestParser, encode};
 use flockd_raft::types::{EntryPayload, Origin, RaftProposal};
 
@@ -223,7 +223,7 @@ pub fn granted_machine(leases: usize, lease_ms: u64) -> StateMachine {
             lease_ms,
             owner: None,
             wait: Wait::No,
-            terms: Terms::default(),
+            conditions: Conditions::default(),
         };
         machine.apply(i as u64 + 1, START, &op);
     }

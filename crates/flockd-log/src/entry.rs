@@ -13,10 +13,10 @@ pub struct Entry {
 /// The state machine a log drives: the server's, or a test's.
 pub trait Apply: Send + Sync + 'static {
     /// Applies committed entries, in log order, and pushes each entry's results onto `results`
-    /// (one `Vec` per entry, one result per op). `local`: this node proposed them, so the
+    /// (one `Vec` per entry, one result per op). `proposed_here`: this node proposed them, so the
     /// waits they queue belong to connections parked here. Called by whoever committed the
     /// batch, in commit order. Must not block.
-    fn apply(&self, entries: &[Entry], local: bool, results: &mut Vec<Vec<OpResult>>);
+    fn apply(&self, entries: &[Entry], proposed_here: bool, results: &mut Vec<Vec<OpResult>>);
     /// The whole state now, detached: must be cheap (a rewrite or a Raft snapshot takes it
     /// while applying goes on) and reflect at least every entry already applied.
     fn snapshot(&self) -> Snapshot;

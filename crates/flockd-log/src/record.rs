@@ -16,26 +16,26 @@
 //! - `16` entry: `position:u64 at:u64 count:u32` then `count` ops, each `op-tag:u8 fields`
 //!   (op tags: 1 Acquire, 2 Renew, 3 Release, 4 ForceRelease, 5 Advance, 6 FenceSet,
 //!   7 CancelWait, 8 Expire, 9 Rearm, 10 Forget, 11 BumpAll; reads inside a transaction:
-//!   12 Status, 13 Token, 14 Ttl, 15 FenceGet, 16 FenceToken; then 17 Acquire with terms,
+//!   12 Status, 13 Token, 14 Ttl, 15 FenceGet, 16 FenceToken; then 17 Acquire with conditions,
 //!   18 FenceSet with a lock, 19 EndSession, 20 EndAllSessions, 21 Holders, 22 AcquireAll,
 //!   23 CancelWaitAll, 24 DropWaits). One entry is one
 //!   proposal: a transaction's ops are one record, so a torn tail drops them together. An
-//!   acquire with the plain terms is written as tag 1, so such files stay what they were.
+//!   acquire with the plain conditions is written as tag 1, so such files stay what they were.
 //! - `32` snapshot begin: `position:u64 at:u64`, the log position the snapshot reflects; replay
 //!   skips entries at or below it. Then the snapshot's items: `33` floor, `34` counter,
 //!   `35` holding, `36` waiter, `37` fence (fields in the order of `flockd_core::SnapshotItem`),
-//!   `38` holding and `39` waiter with terms other than the plain ones, `40` lock-delay,
-//!   `41` FLOCK.ACQUIREALL waiter, `42` waiter with a deadline in log time (its terms always
+//!   `38` holding and `39` waiter with conditions other than the plain ones, `40` lock-delay,
+//!   `41` FLOCK.ACQUIREALL waiter, `42` waiter with a deadline in log time (its conditions always
 //!   written, then `deadline:u64 node:u64`).
 //!
 //! An acquire's wait is one byte: 0 no wait, 1 until cancelled (the only kinds written before
 //! waits had deadlines, so older files read as they were), 2 then `ms:u64 node:u64`: at most
 //! that long in log time, for a connection on that cluster node (0: a single node's).
 //!
-//! AcquireAll and its waiter carry only a session option, not whole terms: their holdings are
+//! AcquireAll and its waiter carry only a session option, not whole conditions: their holdings are
 //! always exclusive, without lock-delay.
 //!
-//! Terms: `kind:u8` (0 exclusive, 1 shared, 2 limit) `n:u32` (the limit, 1..=65535, 0 unless
+//! Conditions: `kind:u8` (0 exclusive, 1 shared, 2 limit) `n:u32` (the limit, 1..=65535, 0 unless
 //! limit) `session:Option<u64>` (flag byte then the id) `lock_delay_ms:u64`.
 //!
 //! **Version 1** (read only): one applied change per record, tags 1 Grant, 2 Renew, 3 Release,
@@ -48,7 +48,7 @@
 
 use bytes::Bytes;
 use flockd_core::{
-    HoldingRef, Millis, Mode, Op, Read, SnapshotItem, Terms, V1Change, Wait, WaitId,
+    Conditions, HoldingRef, Millis, Mode, Op, Read, SnapshotItem, V1Change, Wait, WaitId,
 };
 
 /// The header of the files written today: magic `FLOCKAO` and format version `2`.
@@ -157,9 +157,9 @@ pub enum DecodeError {
     BadWait(u8),
     #[error("bad lock mode {kind} (limit {limit})")]
     BadMode { kind: u8, limit: u32 },
-    /// The form with terms, holding the plain terms: the encoder writes those in the short
+    /// The form with conditions, holding the plain conditions: the encoder writes those in the short
     /// form, and every record has one spelling.
-    #[error("plain terms in the form with terms")]
+    #[error("plain conditions in the form with conditions")]
     PlainTermsInLongForm,
     #[error("{0} unused bytes after the record's fields")]
     Trailing(usize),
@@ -252,16 +252,16 @@ impl<'a> Frame<'a> {
         }
     }
 
-    fn terms(&mut self, terms: &Terms) -> &mut Self {
-        let (kind, limit) = match terms.mode {
+    fn conditions(&mut self, conditions: &Conditions) -> &mut Self {
+        let (kind, limit) = match conditions.mode {
             Mode::Exclusive => (0, 0),
             Mode::Shared => (1, 0),
             Mode::Limit(n) => (2, u32::from(n)),
         };
         self.u8(kind)
             .u32(limit)
-            .session(terms.session)
-            .u64(terms.lock_delay_ms)
+            .session(conditions.session)
+            .u64(conditions.lock_delay_ms)
     }
 
     fn wait_kind(&mut self, wait: Wait) -> &mut Self {
@@ -314,9 +314,9 @@ fn put_op(f: &mut Frame<'_>, op: &Op) {
             lease_ms,
             owner,
             wait,
-            terms,
+            conditions,
         } => {
-            let plain = terms.is_plain();
+            let plain = conditions.is_plain();
             f.u8(if plain {
                 tag::OP_ACQUIRE
             } else {
@@ -327,7 +327,7 @@ fn put_op(f: &mut Frame<'_>, op: &Op) {
             .opt_bytes(owner.as_deref())
             .wait_kind(*wait);
             if !plain {
-                f.terms(terms);
+                f.conditions(conditions);
             }
         }
         Op::AcquireAll {
@@ -335,14 +335,14 @@ fn put_op(f: &mut Frame<'_>, op: &Op) {
             lease_ms,
             owner,
             wait,
-            terms,
+            conditions,
         } => {
             f.u8(tag::OP_ACQUIRE_ALL)
                 .names(names)
                 .u64(*lease_ms)
                 .opt_bytes(owner.as_deref())
                 .u8(u8::from(*wait))
-                .session(terms.session);
+                .session(conditions.session);
         }
         Op::CancelWaitAll {
             names,
@@ -491,9 +491,9 @@ pub fn encode_item(item: &SnapshotItem<'_>, out: &mut Vec<u8>) -> Result<(), Rec
             lease_ms,
             deadline,
             grants,
-            terms,
+            conditions,
         } => {
-            let plain = terms.is_plain();
+            let plain = conditions.is_plain();
             let t = if plain {
                 tag::HOLDING
             } else {
@@ -512,7 +512,7 @@ pub fn encode_item(item: &SnapshotItem<'_>, out: &mut Vec<u8>) -> Result<(), Rec
                 f.wait(*wait).u64(*token);
             }
             if !plain {
-                f.terms(terms);
+                f.conditions(conditions);
             }
             f
         }
@@ -521,11 +521,11 @@ pub fn encode_item(item: &SnapshotItem<'_>, out: &mut Vec<u8>) -> Result<(), Rec
             wait,
             owner,
             lease_ms,
-            terms,
+            conditions,
             deadline,
             node,
         } => {
-            let plain = terms.is_plain();
+            let plain = conditions.is_plain();
             let t = match (deadline, plain) {
                 (Some(_), _) => tag::WAITER_WITH_DEADLINE,
                 (None, true) => tag::WAITER,
@@ -534,9 +534,9 @@ pub fn encode_item(item: &SnapshotItem<'_>, out: &mut Vec<u8>) -> Result<(), Rec
             let mut f = Frame::begin(out, t);
             f.bytes(name).wait(*wait).opt_bytes(*owner).u64(*lease_ms);
             if let Some(deadline) = deadline {
-                f.terms(terms).u64(deadline.0).u64(*node);
+                f.conditions(conditions).u64(deadline.0).u64(*node);
             } else if !plain {
-                f.terms(terms);
+                f.conditions(conditions);
             }
             f
         }
@@ -545,14 +545,14 @@ pub fn encode_item(item: &SnapshotItem<'_>, out: &mut Vec<u8>) -> Result<(), Rec
             names,
             owner,
             lease_ms,
-            terms,
+            conditions,
         } => {
             let mut f = Frame::begin(out, tag::MULTI_WAITER);
             f.wait(*wait)
                 .names(names)
                 .opt_bytes(*owner)
                 .u64(*lease_ms)
-                .session(terms.session);
+                .session(conditions.session);
             f
         }
         SnapshotItem::Delay { name, until } => {
@@ -704,21 +704,21 @@ impl<'a> Cursor<'a> {
         Ok(self.opt_slice()?.map(Bytes::copy_from_slice))
     }
 
-    /// Terms if the tag says they follow, else the plain ones (which a tag that has them in
+    /// Conditions if the tag says they follow, else the plain ones (which a tag that has them in
     /// long form must not carry: a record has one way of writing).
-    fn terms_if(&mut self, present: bool) -> Result<Terms, DecodeError> {
+    fn terms_if(&mut self, present: bool) -> Result<Conditions, DecodeError> {
         if !present {
-            return Ok(Terms::default());
+            return Ok(Conditions::default());
         }
-        let terms = self.terms()?;
-        if terms.is_plain() {
+        let conditions = self.conditions()?;
+        if conditions.is_plain() {
             return Err(DecodeError::PlainTermsInLongForm);
         }
-        Ok(terms)
+        Ok(conditions)
     }
 
-    /// Terms in long form, plain ones included.
-    fn terms(&mut self) -> Result<Terms, DecodeError> {
+    /// Conditions in long form, plain ones included.
+    fn conditions(&mut self) -> Result<Conditions, DecodeError> {
         let (kind, limit) = (self.u8()?, self.u32()?);
         let mode = match (kind, limit) {
             (0, 0) => Mode::Exclusive,
@@ -726,7 +726,7 @@ impl<'a> Cursor<'a> {
             (2, n @ 1..=0xffff) => Mode::Limit(n as u16),
             _ => return Err(DecodeError::BadMode { kind, limit }),
         };
-        Ok(Terms {
+        Ok(Conditions {
             mode,
             session: self.session()?,
             lock_delay_ms: self.u64()?,
@@ -741,11 +741,11 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    /// The terms of FLOCK.ACQUIREALL: exclusive, no lock-delay, and the session that follows.
-    fn exclusive_terms(&mut self) -> Result<Terms, DecodeError> {
-        Ok(Terms {
+    /// The conditions of FLOCK.ACQUIREALL: exclusive, no lock-delay, and the session that follows.
+    fn exclusive_terms(&mut self) -> Result<Conditions, DecodeError> {
+        Ok(Conditions {
             session: self.session()?,
-            ..Terms::default()
+            ..Conditions::default()
         })
     }
 
@@ -786,14 +786,14 @@ fn op(c: &mut Cursor<'_>) -> Result<Op, DecodeError> {
             lease_ms: c.u64()?,
             owner: c.opt_bytes()?,
             wait: c.wait_kind()?,
-            terms: c.terms_if(t == tag::OP_ACQUIRE_WITH_TERMS)?,
+            conditions: c.terms_if(t == tag::OP_ACQUIRE_WITH_TERMS)?,
         },
         tag::OP_ACQUIRE_ALL => Op::AcquireAll {
             names: c.many(Cursor::bytes)?,
             lease_ms: c.u64()?,
             owner: c.opt_bytes()?,
             wait: c.flag()?,
-            terms: c.exclusive_terms()?,
+            conditions: c.exclusive_terms()?,
         },
         tag::OP_CANCEL_WAIT_ALL => Op::CancelWaitAll {
             names: c.many(Cursor::bytes)?,
@@ -885,14 +885,14 @@ pub fn decode_v2(payload: &[u8]) -> Result<Record<'_>, DecodeError> {
             lease_ms: c.u64()?,
             deadline: Millis(c.u64()?),
             grants: c.many(|c| Ok((c.wait()?, c.u64()?)))?,
-            terms: c.terms_if(t == tag::HOLDING_WITH_TERMS)?,
+            conditions: c.terms_if(t == tag::HOLDING_WITH_TERMS)?,
         }),
         t @ (tag::WAITER | tag::WAITER_WITH_TERMS) => Record::Item(SnapshotItem::Waiter {
             name: c.slice()?,
             wait: c.wait()?,
             owner: c.opt_slice()?,
             lease_ms: c.u64()?,
-            terms: c.terms_if(t == tag::WAITER_WITH_TERMS)?,
+            conditions: c.terms_if(t == tag::WAITER_WITH_TERMS)?,
             deadline: None,
             node: 0,
         }),
@@ -901,7 +901,7 @@ pub fn decode_v2(payload: &[u8]) -> Result<Record<'_>, DecodeError> {
             wait: c.wait()?,
             owner: c.opt_slice()?,
             lease_ms: c.u64()?,
-            terms: c.terms()?,
+            conditions: c.conditions()?,
             deadline: Some(Millis(c.u64()?)),
             node: c.u64()?,
         }),
@@ -910,7 +910,7 @@ pub fn decode_v2(payload: &[u8]) -> Result<Record<'_>, DecodeError> {
             names: c.many(Cursor::slice)?,
             owner: c.opt_slice()?,
             lease_ms: c.u64()?,
-            terms: c.exclusive_terms()?,
+            conditions: c.exclusive_terms()?,
         }),
         tag::DELAY => Record::Item(SnapshotItem::Delay {
             name: c.slice()?,

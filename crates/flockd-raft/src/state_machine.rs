@@ -317,7 +317,7 @@ impl RaftStateMachine<FlockRaft> for MachineStore {
                 }
                 EntryPayload::Normal(proposal) => {
                     if inner.dedup.admit(&proposal.origin) {
-                        let local = proposal.origin.node == self.me.node
+                        let proposed_here = proposal.origin.node == self.me.node
                             && proposal.origin.incarnation == self.me.incarnation;
                         // Log time never goes back, whatever order the leader's stamps
                         // reached the log in: a later start only lengthens a lease.
@@ -328,10 +328,13 @@ impl RaftStateMachine<FlockRaft> for MachineStore {
                             ops: proposal.ops,
                         };
                         let mut results = Vec::with_capacity(1);
-                        self.host
-                            .apply(std::slice::from_ref(&applied), local, &mut results);
+                        self.host.apply(
+                            std::slice::from_ref(&applied),
+                            proposed_here,
+                            &mut results,
+                        );
                         let results = results.pop().unwrap_or_default();
-                        if local {
+                        if proposed_here {
                             self.pending.resolve(proposal.origin.seq, Ok(results));
                         }
                     } else {

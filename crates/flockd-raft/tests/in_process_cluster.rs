@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::{PlainHost, TempDir};
 use flockd_core::time::Clock;
-use flockd_core::{AcquireResult, Millis, Op, OpResult, Terms};
+use flockd_core::{AcquireResult, Conditions, Millis, Op, OpResult};
 use flockd_raft::transport::memory::Network;
 use flockd_raft::{Cluster, ClusterSettings, Role, parse_peers};
 
@@ -208,7 +208,7 @@ fn acquire(name: &str, owner: &str, lease_ms: u64) -> Op {
         lease_ms,
         owner: Some(Bytes::from(owner.to_owned())),
         wait: false.into(),
-        terms: Terms::default(),
+        conditions: Conditions::default(),
     }
 }
 
@@ -415,7 +415,7 @@ fn acquire_op(name: Bytes) -> Op {
         lease_ms: 60_000,
         owner: None,
         wait: false.into(),
-        terms: Terms::default(),
+        conditions: Conditions::default(),
     }
 }
 

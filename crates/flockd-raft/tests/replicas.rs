@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use common::{PlainHost, TempDir};
-use flockd_core::{AcquireResult, Millis, Op, OpResult, Terms};
+use flockd_core::{AcquireResult, Conditions, Millis, Op, OpResult};
 use flockd_raft::pending::PendingTable;
 use flockd_raft::state_machine::{MachineStore, Me};
 use flockd_raft::types::{LeaderId, LogId, Origin, RaftEntry, RaftProposal};
@@ -77,7 +77,7 @@ fn acquire(name: &str) -> Op {
         lease_ms: 10_000,
         owner: None,
         wait: false.into(),
-        terms: Terms::default(),
+        conditions: Conditions::default(),
     }
 }
 

@@ -23,8 +23,8 @@ use bytes::Bytes;
 use flockd_acl::{Denial, User};
 use flockd_metrics::{PageRequest, PageResponse, Pages};
 
-pub use error::{ConsoleError, MAX_FEEDS, MAX_PAGE};
 use error::JSON;
+pub use error::{ConsoleError, MAX_FEEDS, MAX_PAGE};
 use feed::FeedSlot;
 pub use history::History;
 

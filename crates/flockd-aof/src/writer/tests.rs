@@ -34,7 +34,7 @@ impl Host {
 }
 
 impl Apply for Host {
-    fn apply(&self, entries: &[Entry], _local: bool, results: &mut Vec<Vec<OpResult>>) {
+    fn apply(&self, entries: &[Entry], _proposed_here: bool, results: &mut Vec<Vec<OpResult>>) {
         let mut m = self.machine.lock();
         let mut events = Vec::new();
         for e in entries {

@@ -196,7 +196,7 @@ pub fn sample_entries(n: usize) -> Vec<LogEntry> {
             let name = b(&format!("lock-{}", i % 5));
             let ops = match i % 12 {
                 0 => vec![Op::Acquire {
-                    terms: Default::default(),
+                    conditions: Default::default(),
                     name,
                     lease_ms: 30_000,
                     owner: Some(b("owner")),
@@ -211,7 +211,7 @@ pub fn sample_entries(n: usize) -> Vec<LogEntry> {
                 3 => vec![
                     // A transaction: queue, then give up (the wait id is this entry's op 0).
                     Op::Acquire {
-                        terms: Default::default(),
+                        conditions: Default::default(),
                         name: name.clone(),
                         lease_ms: 5_000,
                         owner: None,
@@ -253,14 +253,14 @@ pub fn sample_entries(n: usize) -> Vec<LogEntry> {
                 10 => vec![Op::BumpAll { by: 3 }],
                 _ => vec![
                     Op::Acquire {
-                        terms: Default::default(),
+                        conditions: Default::default(),
                         name: name.clone(),
                         lease_ms: 2_000,
                         owner: Some(b("tx")),
                         wait: false.into(),
                     },
                     Op::Acquire {
-                        terms: Default::default(),
+                        conditions: Default::default(),
                         name,
                         lease_ms: 2_000,
                         owner: Some(b("tx")),
@@ -457,7 +457,7 @@ impl Sim {
         };
         match rng.below(12) {
             0..=2 => Op::Acquire {
-                terms: Default::default(),
+                conditions: Default::default(),
                 name,
                 lease_ms: 200 + rng.below(2000),
                 owner,

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 use super::{Acquire, Counters};
-use crate::terms::{Mode, Terms};
+use crate::conditions::{Conditions, Mode};
 use crate::{AcquireResult, CancelResult, Event, LockError, MAX_TOKEN, Millis, WaitId};
 
 /// What an operation on an entry needs from the table around it.
@@ -71,8 +71,8 @@ pub(super) struct Holding {
     /// (wait, token) of the waiters handed this holding, so that a cancel racing the grant
     /// learns the token. Gone with the holding: a waiter whose holding ended holds nothing.
     pub grants: Vec<(WaitId, u64)>,
-    /// The terms it was granted with; reentrant holds keep them.
-    pub terms: Terms,
+    /// The conditions it was granted with; reentrant holds keep them.
+    pub conditions: Conditions,
     /// When it was granted (log time); `None` when restored from a snapshot, which does not
     /// keep it. Only the hold-time metrics read it.
     pub granted_at: Option<Millis>,
@@ -94,10 +94,10 @@ impl Holding {
 
     /// When the name may grant again if this holding is lost at its deadline.
     fn delay_end_if_lapsed(&self) -> Millis {
-        if self.terms.lock_delay_ms == 0 {
+        if self.conditions.lock_delay_ms == 0 {
             Millis(0)
         } else {
-            self.deadline.plus(self.terms.lock_delay_ms)
+            self.deadline.plus(self.conditions.lock_delay_ms)
         }
     }
 }
@@ -107,7 +107,7 @@ pub(super) struct Waiter {
     pub wait: WaitId,
     pub owner: Option<Bytes>,
     pub lease_ms: u64,
-    pub terms: Terms,
+    pub conditions: Conditions,
     /// Past this log time the waiter is dropped, never granted (`None`: only a cancel ends it).
     pub deadline: Option<Millis>,
     /// The cluster node whose connection waits (0: none named): see [`crate::Op::DropWaits`].
@@ -146,7 +146,7 @@ fn same_owner(a: &Option<Bytes>, b: &Option<Bytes>) -> bool {
 /// Whether a request of `mode` becomes a hold of `holding` (same owner assumed): any request of
 /// an exclusive holder, or one of the holding's own mode.
 fn joins(holding: &Holding, mode: Mode) -> bool {
-    holding.terms.mode == Mode::Exclusive || holding.terms.mode == mode
+    holding.conditions.mode == Mode::Exclusive || holding.conditions.mode == mode
 }
 
 impl LockEntry {
@@ -361,7 +361,7 @@ impl LockEntry {
         let after = holdings.len() as u64 + 1;
         let limit = holdings
             .iter()
-            .map(|h| h.terms.mode.admits())
+            .map(|h| h.conditions.mode.admits())
             .fold(mode.admits(), u32::min);
         after <= u64::from(limit)
     }
@@ -428,11 +428,11 @@ impl LockEntry {
             owner,
             lease_ms,
             wait,
-            terms,
+            conditions,
         } = request;
         self.settle(ctx);
 
-        match self.reentry(owner, terms.mode) {
+        match self.reentry(owner, conditions.mode) {
             Reentry::Into(index) => {
                 return match self.grant_reentrant(index, lease_ms, None, ctx) {
                     Some(token) => AcquireResult::Granted(token),
@@ -443,8 +443,8 @@ impl LockEntry {
             Reentry::New => {}
         }
 
-        if self.waiter_count() == 0 && !self.delayed(ctx.at) && self.fits(terms.mode) {
-            return match self.grant_new(owner.clone(), lease_ms, terms, None, ctx) {
+        if self.waiter_count() == 0 && !self.delayed(ctx.at) && self.fits(conditions.mode) {
+            return match self.grant_new(owner.clone(), lease_ms, conditions, None, ctx) {
                 Some(token) => AcquireResult::Granted(token),
                 None => AcquireResult::Busy,
             };
@@ -457,7 +457,7 @@ impl LockEntry {
             wait: wait_id,
             owner: owner.clone(),
             lease_ms,
-            terms,
+            conditions,
             deadline: wait.deadline(ctx.at),
             node: match wait {
                 crate::Wait::For { node, .. } => node,
@@ -519,14 +519,14 @@ impl LockEntry {
         &mut self,
         owner: &Option<Bytes>,
         lease_ms: u64,
-        terms: Terms,
+        conditions: Conditions,
         wait: Option<WaitId>,
         ctx: &mut EntryCtx<'_>,
     ) -> Option<u64> {
-        let (index, token) = match self.reentry(owner, terms.mode) {
+        let (index, token) = match self.reentry(owner, conditions.mode) {
             Reentry::Into(index) => (index, self.grant_reentrant(index, lease_ms, None, ctx)?),
             Reentry::New => {
-                let token = self.grant_new(owner.clone(), lease_ms, terms, None, ctx)?;
+                let token = self.grant_new(owner.clone(), lease_ms, conditions, None, ctx)?;
                 (self.holdings().len() - 1, token)
             }
             Reentry::Upgrade => return None,
@@ -565,7 +565,7 @@ impl LockEntry {
         &mut self,
         owner: Option<Bytes>,
         lease_ms: u64,
-        terms: Terms,
+        conditions: Conditions,
         wait: Option<WaitId>,
         ctx: &mut EntryCtx<'_>,
     ) -> Option<u64> {
@@ -580,7 +580,7 @@ impl LockEntry {
             lease_ms,
             deadline: ctx.at.plus(lease_ms),
             grants: wait.map(|w| (w, token)).into_iter().collect(),
-            terms,
+            conditions,
             granted_at: Some(ctx.at),
         };
         self.push_holding(holding, ctx.counters);
@@ -636,7 +636,7 @@ impl LockEntry {
             let Some(head) = self.active.as_ref().and_then(|a| a.waiters.front()) else {
                 return;
             };
-            if !self.fits(head.terms.mode) {
+            if !self.fits(head.conditions.mode) {
                 return;
             }
             let Some(waiter) = self.active.as_mut().and_then(|a| a.waiters.pop_front()) else {
@@ -646,7 +646,7 @@ impl LockEntry {
             let granted = self.grant_new(
                 waiter.owner.clone(),
                 waiter.lease_ms,
-                waiter.terms,
+                waiter.conditions,
                 Some(waiter.wait),
                 ctx,
             );
@@ -668,7 +668,8 @@ impl LockEntry {
         let newest = self.holdings().len() - 1;
         let mut index = 0;
         while let Some(next) = self.active.as_ref().and_then(|a| a.waiters.get(index)) {
-            if !same_owner(&next.owner, owner) || !joins(&self.holdings()[newest], next.terms.mode)
+            if !same_owner(&next.owner, owner)
+                || !joins(&self.holdings()[newest], next.conditions.mode)
             {
                 index += 1;
                 continue;
@@ -767,8 +768,8 @@ impl LockEntry {
                 token: holding.token,
                 held_ms: holding.held_ms(ctx.at),
             });
-            if holding.terms.lock_delay_ms > 0 {
-                self.set_delay_until(ctx.at.plus(holding.terms.lock_delay_ms));
+            if holding.conditions.lock_delay_ms > 0 {
+                self.set_delay_until(ctx.at.plus(holding.conditions.lock_delay_ms));
             }
         }
         self.handover(ctx);
@@ -782,7 +783,7 @@ impl LockEntry {
         let mut ended = 0;
         let mut index = 0;
         while index < self.holdings().len() {
-            let holding_session = self.holdings()[index].terms.session;
+            let holding_session = self.holdings()[index].conditions.session;
             let matches = match session {
                 Some(id) => holding_session == Some(id),
                 None => holding_session.is_some(),

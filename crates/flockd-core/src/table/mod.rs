@@ -14,9 +14,9 @@ mod tests;
 
 use bytes::Bytes;
 
+use crate::conditions::{Conditions, Mode};
 use crate::item::SnapshotItem;
 use crate::shards::Shards;
-use crate::terms::{Mode, Terms};
 use crate::{Event, HoldingRef, MAX_TOKEN, Millis, WaitId};
 use deadlines::Deadlines;
 use entry::{EntryCtx, Holding, LockEntry, Waiter};
@@ -32,7 +32,7 @@ pub(crate) struct Acquire<'a> {
     pub owner: &'a Option<Bytes>,
     pub lease_ms: u64,
     pub wait: crate::Wait,
-    pub terms: Terms,
+    pub conditions: Conditions,
 }
 
 /// Everything FLOCK.STATUS reports. The first fields describe the most recently granted live
@@ -244,7 +244,7 @@ impl LockTable {
         let mut names: Vec<Bytes> = self
             .entries
             .iter()
-            .filter(|(_, e)| e.holdings().iter().any(|h| h.terms.session.is_some()))
+            .filter(|(_, e)| e.holdings().iter().any(|h| h.conditions.session.is_some()))
             .map(|(name, _)| Bytes::copy_from_slice(name.as_bytes()))
             .collect();
         names.sort_unstable();
@@ -263,7 +263,7 @@ impl LockTable {
     pub fn has_session_holdings(&self) -> bool {
         self.entries
             .iter()
-            .any(|(_, e)| e.holdings().iter().any(|h| h.terms.session.is_some()))
+            .any(|(_, e)| e.holdings().iter().any(|h| h.conditions.session.is_some()))
     }
 
     pub fn cancel_wait(
@@ -411,7 +411,7 @@ impl LockTable {
         let mut admits = None::<u32>;
         for h in entry.live_holdings(now) {
             holdings += 1;
-            let limit = h.terms.mode.admits();
+            let limit = h.conditions.mode.admits();
             admits = Some(admits.map_or(limit, |a| a.min(limit)));
         }
         LockStatus {
@@ -444,8 +444,8 @@ impl LockTable {
                 owner: h.owner.clone(),
                 ttl_ms: ttl_of(h, now),
                 holds: h.holds,
-                mode: h.terms.mode,
-                session: h.terms.session.is_some(),
+                mode: h.conditions.mode,
+                session: h.conditions.session.is_some(),
             })
             .collect()
     }
@@ -634,7 +634,7 @@ impl LockTable {
                     lease_ms: h.lease_ms,
                     deadline: h.deadline,
                     grants: h.grants.clone(),
-                    terms: h.terms,
+                    conditions: h.conditions,
                 });
             }
             for w in entry.waiters() {
@@ -643,7 +643,7 @@ impl LockTable {
                     wait: w.wait,
                     owner: w.owner.as_deref(),
                     lease_ms: w.lease_ms,
-                    terms: w.terms,
+                    conditions: w.conditions,
                     deadline: w.deadline,
                     node: w.node,
                 });
@@ -676,7 +676,7 @@ impl LockTable {
                 lease_ms,
                 deadline,
                 grants,
-                terms,
+                conditions,
             } => {
                 let entry = entry_or_new(&mut self.entries, name, floor);
                 let holding = Holding {
@@ -687,7 +687,7 @@ impl LockTable {
                     lease_ms: *lease_ms,
                     deadline: *deadline,
                     grants: grants.clone(),
-                    terms: *terms,
+                    conditions: *conditions,
                     granted_at: None,
                 };
                 entry.push_holding(holding, &mut self.counters);
@@ -697,7 +697,7 @@ impl LockTable {
                 wait,
                 owner,
                 lease_ms,
-                terms,
+                conditions,
                 deadline,
                 node,
             } => {
@@ -706,7 +706,7 @@ impl LockTable {
                     wait: *wait,
                     owner: owner.map(Bytes::copy_from_slice),
                     lease_ms: *lease_ms,
-                    terms: *terms,
+                    conditions: *conditions,
                     deadline: *deadline,
                     node: *node,
                 };
@@ -721,8 +721,8 @@ impl LockTable {
                 names,
                 owner,
                 lease_ms,
-                terms,
-            } => self.restore_multi_waiter(*wait, names, *owner, *lease_ms, *terms),
+                conditions,
+            } => self.restore_multi_waiter(*wait, names, *owner, *lease_ms, *conditions),
             SnapshotItem::Floor { token } => self.floor = self.floor.max(*token),
             SnapshotItem::Fence { .. } => {}
         }
@@ -782,21 +782,26 @@ impl LockTable {
                 holding.lease_ms.hash(&mut h);
                 holding.deadline.hash(&mut h);
                 holding.grants.hash(&mut h);
-                holding.terms.hash(&mut h);
+                holding.conditions.hash(&mut h);
             }
             for w in entry.waiters() {
                 w.wait.hash(&mut h);
                 w.owner.hash(&mut h);
                 w.lease_ms.hash(&mut h);
-                w.terms.hash(&mut h);
+                w.conditions.hash(&mut h);
             }
             entry.delay_until().hash(&mut h);
             sum = sum.wrapping_add(h.finish());
         }
         for (wait, w) in &self.multi.waiting {
-            sum = sum.wrapping_add(
-                seed.hash_one(("multi", wait, &w.names, &w.owner, w.lease_ms, w.terms)),
-            );
+            sum = sum.wrapping_add(seed.hash_one((
+                "multi",
+                wait,
+                &w.names,
+                &w.owner,
+                w.lease_ms,
+                w.conditions,
+            )));
         }
         sum
     }

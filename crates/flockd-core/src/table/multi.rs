@@ -14,8 +14,8 @@ use bytes::Bytes;
 
 use super::LockTable;
 use super::entry::{LockEntry, Readiness};
+use crate::conditions::{Conditions, Mode};
 use crate::item::SnapshotItem;
-use crate::terms::{Mode, Terms};
 use crate::{AcquireAllResult, CancelAllResult, Event, Millis, WaitId};
 
 /// One FLOCK.ACQUIREALL ... WAIT that is waiting.
@@ -24,7 +24,7 @@ pub(super) struct MultiWaiter {
     pub names: Vec<Bytes>,
     pub owner: Option<Bytes>,
     pub lease_ms: u64,
-    pub terms: Terms,
+    pub conditions: Conditions,
 }
 
 /// The waiters of several names, and which names they watch.
@@ -87,7 +87,7 @@ pub(crate) struct AcquireAll<'a> {
     pub owner: &'a Option<Bytes>,
     pub lease_ms: u64,
     pub wait: bool,
-    pub terms: Terms,
+    pub conditions: Conditions,
 }
 
 /// What [`LockTable::grant_all`] hands out, and to which wait (none for an acquire answered at
@@ -96,7 +96,7 @@ struct Grant<'a> {
     names: &'a [Bytes],
     owner: &'a Option<Bytes>,
     lease_ms: u64,
-    terms: Terms,
+    conditions: Conditions,
     wait: Option<WaitId>,
 }
 
@@ -122,14 +122,14 @@ impl LockTable {
             names,
             owner,
             lease_ms,
-            terms,
+            conditions,
             wait,
         } = grant;
         names
             .iter()
             .map(|name| {
                 self.with_entry(name, at, true, events, |entry, ctx| {
-                    entry.grant_now(owner, lease_ms, terms, wait, ctx)
+                    entry.grant_now(owner, lease_ms, conditions, wait, ctx)
                 })
                 .flatten()
                 .expect("every name was found grantable at this time")
@@ -150,12 +150,12 @@ impl LockTable {
             owner,
             lease_ms,
             wait,
-            terms,
+            conditions,
         } = request;
-        let terms = Terms {
+        let conditions = Conditions {
             mode: Mode::Exclusive,
             lock_delay_ms: 0,
-            ..terms
+            ..conditions
         };
         if !distinct(names) {
             self.counters.busy += 1;
@@ -177,7 +177,7 @@ impl LockTable {
                 names,
                 owner,
                 lease_ms,
-                terms,
+                conditions,
                 wait: None,
             };
             let tokens = self.grant_all(grant, at, events);
@@ -191,7 +191,7 @@ impl LockTable {
             names: names.to_vec(),
             owner: owner.clone(),
             lease_ms,
-            terms,
+            conditions,
         };
         self.multi.insert(wait_id, waiter);
         self.counters.waiters += 1;
@@ -225,7 +225,7 @@ impl LockTable {
             names,
             owner,
             lease_ms,
-            terms,
+            conditions,
         } = waiter.clone();
         self.settle_names(&names, at, events);
         let ready = names
@@ -240,7 +240,7 @@ impl LockTable {
             names: &names,
             owner: &owner,
             lease_ms,
-            terms,
+            conditions,
             wait: Some(wait),
         };
         let tokens = self.grant_all(grant, at, events);
@@ -306,7 +306,7 @@ impl LockTable {
                 names: w.names.iter().map(|n| n.as_ref()).collect(),
                 owner: w.owner.as_deref(),
                 lease_ms: w.lease_ms,
-                terms: w.terms,
+                conditions: w.conditions,
             });
         }
     }
@@ -317,7 +317,7 @@ impl LockTable {
         names: &[&[u8]],
         owner: Option<&[u8]>,
         lease_ms: u64,
-        terms: Terms,
+        conditions: Conditions,
     ) {
         let names: Vec<Bytes> = names.iter().map(|n| Bytes::copy_from_slice(n)).collect();
         if !distinct(&names) || self.multi.waiting.contains_key(&wait) {
@@ -327,7 +327,7 @@ impl LockTable {
             names,
             owner: owner.map(Bytes::copy_from_slice),
             lease_ms,
-            terms,
+            conditions,
         };
         self.multi.insert(wait, waiter);
         self.counters.waiters += 1;

@@ -10,8 +10,8 @@
 use bytes::Bytes;
 
 use crate::{
-    AcquireResult, Applied, CancelResult, Event, FenceStats, HoldingRef, LockError, LockStats,
-    LockStatus, MAX_TOKEN, Millis, Op, OpResult, Snapshot, SnapshotItem, StateMachine, Terms,
+    AcquireResult, Applied, CancelResult, Conditions, Event, FenceStats, HoldingRef, LockError,
+    LockStats, LockStatus, MAX_TOKEN, Millis, Op, OpResult, Snapshot, SnapshotItem, StateMachine,
     V1Change, WaitId,
 };
 
@@ -110,7 +110,7 @@ impl Log {
         self.apply(
             at,
             Op::Acquire {
-                terms: Default::default(),
+                conditions: Default::default(),
                 name: Bytes::from_static(on),
                 lease_ms,
                 owner: owner(who),
@@ -241,14 +241,14 @@ enum Item {
         lease_ms: u64,
         deadline: Millis,
         grants: Vec<(WaitId, u64)>,
-        terms: Terms,
+        conditions: Conditions,
     },
     Waiter {
         name: Vec<u8>,
         wait: WaitId,
         owner: Option<Vec<u8>>,
         lease_ms: u64,
-        terms: Terms,
+        conditions: Conditions,
         deadline: Option<Millis>,
         node: u64,
     },
@@ -259,7 +259,7 @@ enum Item {
         names: Vec<Vec<u8>>,
         owner: Option<Vec<u8>>,
         lease_ms: u64,
-        terms: Terms,
+        conditions: Conditions,
     },
 }
 
@@ -278,7 +278,7 @@ fn items(snapshot: &Snapshot) -> Vec<Item> {
                 lease_ms,
                 deadline,
                 grants,
-                terms,
+                conditions,
             } => Item::Holding {
                 name: name.to_vec(),
                 first_token,
@@ -288,14 +288,14 @@ fn items(snapshot: &Snapshot) -> Vec<Item> {
                 lease_ms,
                 deadline,
                 grants,
-                terms,
+                conditions,
             },
             SnapshotItem::Waiter {
                 name,
                 wait,
                 owner,
                 lease_ms,
-                terms,
+                conditions,
                 deadline,
                 node,
             } => Item::Waiter {
@@ -303,7 +303,7 @@ fn items(snapshot: &Snapshot) -> Vec<Item> {
                 wait,
                 owner: owner.map(<[u8]>::to_vec),
                 lease_ms,
-                terms,
+                conditions,
                 deadline,
                 node,
             },
@@ -316,13 +316,13 @@ fn items(snapshot: &Snapshot) -> Vec<Item> {
                 names,
                 owner,
                 lease_ms,
-                terms,
+                conditions,
             } => Item::MultiWaiter {
                 wait,
                 names: names.iter().map(|n| n.to_vec()).collect(),
                 owner: owner.map(<[u8]>::to_vec),
                 lease_ms,
-                terms,
+                conditions,
             },
         })
     });
@@ -1095,7 +1095,7 @@ fn wait_ids_of_one_entry_are_its_position_and_op_index() {
     l.grant(0, 100, None);
     let mut events = Vec::new();
     let acquire = Op::Acquire {
-        terms: Default::default(),
+        conditions: Default::default(),
         name: name(),
         lease_ms: 100,
         owner: None,
@@ -1798,7 +1798,7 @@ fn snapshot_rebuilds_the_same_state() {
             Item::Counter(b"idle".to_vec(), 7),
             Item::Counter(N.to_vec(), 10),
             Item::Holding {
-                terms: Default::default(),
+                conditions: Default::default(),
                 name: N.to_vec(),
                 first_token: 1,
                 token: 2,
@@ -1809,7 +1809,7 @@ fn snapshot_rebuilds_the_same_state() {
                 grants: vec![]
             },
             Item::Waiter {
-                terms: Default::default(),
+                conditions: Default::default(),
                 name: N.to_vec(),
                 wait: w,
                 owner: Some(b"b".to_vec()),
@@ -2035,7 +2035,7 @@ fn rearm_events_are_the_same_on_every_machine() {
             for wait in [false, true] {
                 pos += 1;
                 let op = Op::Acquire {
-                    terms: Default::default(),
+                    conditions: Default::default(),
                     name: name.clone(),
                     lease_ms: 100,
                     owner: None,
@@ -2162,7 +2162,7 @@ fn hold_times_run_from_the_grant_to_the_end_of_the_holding() {
         lease_ms,
         owner: Some(b("me")),
         wait: false.into(),
-        terms: Terms::default(),
+        conditions: Conditions::default(),
     };
     // Released: a reentrant hold keeps the first grant's start, and only the last release
     // (the holding's end) carries the time.
@@ -2196,7 +2196,7 @@ fn hold_times_run_from_the_grant_to_the_end_of_the_holding() {
 /// An acquire that waits `wait_ms` in log time, as a node proposes it.
 fn waiting_acquire(lease_ms: u64, wait_ms: u64, who: Option<&'static str>) -> Op {
     Op::Acquire {
-        terms: Default::default(),
+        conditions: Default::default(),
         name: name(),
         lease_ms,
         owner: owner(who),

@@ -108,17 +108,17 @@ pub(crate) fn arb_v1_change() -> impl Strategy<Value = V1Change> {
     ]
 }
 
-/// Any terms, the plain ones half the time.
-pub(crate) fn arb_terms() -> impl Strategy<Value = Terms> {
+/// Any conditions, the plain ones half the time.
+pub(crate) fn arb_terms() -> impl Strategy<Value = Conditions> {
     let mode = prop_oneof![
         Just(Mode::Exclusive),
         Just(Mode::Shared),
         (1..=u16::MAX).prop_map(Mode::Limit),
     ];
     prop_oneof![
-        Just(Terms::default()),
+        Just(Conditions::default()),
         (mode, proptest::option::of(any::<u64>()), any::<u64>()).prop_map(
-            |(mode, session, lock_delay_ms)| Terms {
+            |(mode, session, lock_delay_ms)| Conditions {
                 mode,
                 session,
                 lock_delay_ms
@@ -141,12 +141,12 @@ pub(crate) fn arb_op() -> impl Strategy<Value = Op> {
             ],
             arb_terms()
         )
-            .prop_map(|(name, lease_ms, owner, wait, terms)| Op::Acquire {
+            .prop_map(|(name, lease_ms, owner, wait, conditions)| Op::Acquire {
                 name,
                 lease_ms,
                 owner,
                 wait,
-                terms
+                conditions
             }),
         (any::<u64>(), proptest::collection::vec(arb_bytes(), 0..4))
             .prop_map(|(session, names)| Op::EndSession { session, names }),
@@ -163,9 +163,9 @@ pub(crate) fn arb_op() -> impl Strategy<Value = Op> {
                 lease_ms,
                 owner,
                 wait,
-                terms: Terms {
+                conditions: Conditions {
                     session,
-                    ..Terms::default()
+                    ..Conditions::default()
                 }
             }),
         (
@@ -240,14 +240,14 @@ pub(crate) enum OwnedItem {
         lease_ms: u64,
         deadline: u64,
         grants: Vec<(WaitId, u64)>,
-        terms: Terms,
+        conditions: Conditions,
     },
     Waiter {
         name: Vec<u8>,
         wait: WaitId,
         owner: Option<Vec<u8>>,
         lease_ms: u64,
-        terms: Terms,
+        conditions: Conditions,
         deadline: Option<u64>,
         node: u64,
     },
@@ -283,9 +283,9 @@ impl OwnedItem {
                 lease_ms,
                 deadline,
                 grants,
-                terms,
+                conditions,
             } => SnapshotItem::Holding {
-                terms: *terms,
+                conditions: *conditions,
                 name,
                 first_token: *first_token,
                 token: *token,
@@ -300,11 +300,11 @@ impl OwnedItem {
                 wait,
                 owner,
                 lease_ms,
-                terms,
+                conditions,
                 deadline,
                 node,
             } => SnapshotItem::Waiter {
-                terms: *terms,
+                conditions: *conditions,
                 name,
                 wait: *wait,
                 owner: owner.as_deref(),
@@ -333,9 +333,9 @@ impl OwnedItem {
                 names: names.iter().map(Vec::as_slice).collect(),
                 owner: owner.as_deref(),
                 lease_ms: *lease_ms,
-                terms: Terms {
+                conditions: Conditions {
                     session: *session,
-                    ..Terms::default()
+                    ..Conditions::default()
                 },
             },
         }
@@ -362,7 +362,7 @@ pub(crate) fn arb_item() -> impl Strategy<Value = OwnedItem> {
                     owner,
                     (lease_ms, deadline),
                     grants,
-                    terms,
+                    conditions,
                 )| {
                     OwnedItem::Holding {
                         name,
@@ -373,7 +373,7 @@ pub(crate) fn arb_item() -> impl Strategy<Value = OwnedItem> {
                         lease_ms,
                         deadline,
                         grants,
-                        terms,
+                        conditions,
                     }
                 }
             ),
@@ -386,17 +386,19 @@ pub(crate) fn arb_item() -> impl Strategy<Value = OwnedItem> {
             proptest::option::of(any::<u64>()),
             any::<u64>()
         )
-            .prop_map(|(name, wait, owner, lease_ms, terms, deadline, node)| {
-                OwnedItem::Waiter {
-                    name,
-                    wait,
-                    owner,
-                    lease_ms,
-                    terms,
-                    deadline,
-                    node: if deadline.is_some() { node } else { 0 },
+            .prop_map(
+                |(name, wait, owner, lease_ms, conditions, deadline, node)| {
+                    OwnedItem::Waiter {
+                        name,
+                        wait,
+                        owner,
+                        lease_ms,
+                        conditions,
+                        deadline,
+                        node: if deadline.is_some() { node } else { 0 },
+                    }
                 }
-            }),
+            ),
         (arb_vec(), any::<u64>()).prop_map(|(name, until)| OwnedItem::Delay(name, until)),
         (
             arb_wait(),
@@ -746,8 +748,8 @@ fn decode_errors_v2() {
         p.push(t);
         assert_eq!(v2(&p), Err(DecodeError::UnknownOp(t)), "op tag {t}");
     }
-    // Terms: a limit of 0, a limit without the limit kind, an unknown kind, a bad session flag,
-    // and the plain terms in the form with terms (the encoder writes the short form).
+    // Conditions: a limit of 0, a limit without the limit kind, an unknown kind, a bad session flag,
+    // and the plain conditions in the form with conditions (the encoder writes the short form).
     for (kind, limit, session_flag) in [
         (2u8, 0u32, 0u8),
         (0, 3, 0),
@@ -773,7 +775,11 @@ fn decode_errors_v2() {
         } else {
             DecodeError::BadMode { kind, limit }
         };
-        assert_eq!(v2(&p), Err(want), "terms {kind} {limit} {session_flag}");
+        assert_eq!(
+            v2(&p),
+            Err(want),
+            "conditions {kind} {limit} {session_flag}"
+        );
     }
     // Acquire: bad owner flag, bad wait flag.
     let mut acquire = entry_head(1, 2, 1);
@@ -799,7 +805,7 @@ fn decode_errors_v2() {
             position: 1,
             at: Millis(2),
             ops: vec![Op::Acquire {
-                terms: Default::default(),
+                conditions: Default::default(),
                 name: Bytes::from_static(b"n"),
                 lease_ms: 1000,
                 owner: None,
@@ -1035,7 +1041,7 @@ fn known_layout_v2() {
                 value: Bytes::from_static(b"v"),
             },
             Op::Acquire {
-                terms: Default::default(),
+                conditions: Default::default(),
                 name: Bytes::from_static(b"n"),
                 lease_ms: 1000,
                 owner: Some(Bytes::from_static(b"o")),
@@ -1087,9 +1093,9 @@ fn known_layout_v2() {
                 lease_ms: 5,
                 owner: None,
                 wait: true,
-                terms: Terms {
+                conditions: Conditions {
                     session: Some(9),
-                    ..Terms::default()
+                    ..Conditions::default()
                 },
             },
             [
@@ -1187,7 +1193,7 @@ fn known_layout_v2() {
         ),
         (
             OwnedItem::Holding {
-                terms: Default::default(),
+                conditions: Default::default(),
                 name: b"n".to_vec(),
                 first_token: 5,
                 token: 6,
@@ -1223,7 +1229,7 @@ fn known_layout_v2() {
         ),
         (
             OwnedItem::Waiter {
-                terms: Default::default(),
+                conditions: Default::default(),
                 name: b"n".to_vec(),
                 wait: WaitId {
                     position: 9,
@@ -1238,7 +1244,7 @@ fn known_layout_v2() {
         ),
         (
             OwnedItem::Waiter {
-                terms: Default::default(),
+                conditions: Default::default(),
                 name: b"n".to_vec(),
                 wait: WaitId {
                     position: 9,
@@ -1249,7 +1255,7 @@ fn known_layout_v2() {
                 deadline: Some(1234),
                 node: 3,
             },
-            // Tag 42: the terms are always there (plain: exclusive, no session, no delay),
+            // Tag 42: the conditions are always there (plain: exclusive, no session, no delay),
             // then the deadline.
             [
                 &[42u8][..],

@@ -1,6 +1,6 @@
-//! The terms of a holding: how many holdings it lets coexist (its mode), whether it ends with
+//! The conditions of a holding: how many holdings it lets coexist (its mode), whether it ends with
 //! the connection that took it (its session), and how long the name stays closed after the
-//! holding is lost (its lock-delay). A plain FLOCK.ACQUIRE has the default terms: exclusive,
+//! holding is lost (its lock-delay). A plain FLOCK.ACQUIRE has the default conditions: exclusive,
 //! no session, no delay.
 
 use serde::{Deserialize, Serialize};
@@ -52,7 +52,7 @@ impl Mode {
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
-pub struct Terms {
+pub struct Conditions {
     pub mode: Mode,
     /// The id of the connection whose closing ends the holding (`SESSION`).
     pub session: Option<u64>,
@@ -60,9 +60,9 @@ pub struct Terms {
     pub lock_delay_ms: u64,
 }
 
-impl Terms {
-    /// Whether these are a plain acquire's terms (the AOF writes those in the shorter form).
+impl Conditions {
+    /// Whether these are a plain acquire's conditions (the AOF writes those in the shorter form).
     pub fn is_plain(&self) -> bool {
-        *self == Terms::default()
+        *self == Conditions::default()
     }
 }
