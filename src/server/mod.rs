@@ -14,7 +14,6 @@ pub mod console;
 mod expiry;
 pub mod metrics;
 pub mod reconfigure;
-mod replies;
 mod sentinel;
 mod services;
 mod shared;

@@ -5,15 +5,15 @@
 
 use std::time::{Duration, Instant};
 
-use flockd_core::{Op, OpResult, WaitId};
+use flockd_core::{Op, WaitId};
 use flockd_proto::Reply;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
+use super::batch::{self, Answer, Batch};
 use super::{Connection, Next, READ_CHUNK};
 use crate::commands::context::Proposal;
 use crate::commands::{Blocking, BlockingHook, CommandError};
-use crate::log::{ProposeError, commit};
-use crate::server::replies::reply_to;
+use crate::log::commit;
 use crate::services::hot::Contention;
 use crate::services::stats;
 use crate::services::waiters::Grant;
@@ -42,22 +42,32 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         let Proposal { mut op, reply, .. } = proposal;
         let name = op.key().cloned().unwrap_or_default();
         let deadline = Instant::now() + Duration::from_millis(wait_ms);
+        // The one slot of a one-op batch: answered when the op does not queue, parked while
+        // it does.
+        let mut answers = vec![Answer::new(reply, command, started, args)];
         let mut first = true;
         loop {
             if !std::mem::take(&mut first) {
                 let left = deadline.saturating_duration_since(Instant::now());
                 op.shorten_wait(left.as_millis() as u64);
             }
-            let outcome = commit(&*self.shared.log, vec![op.clone()]).await;
-            let queued = match &outcome {
+            let Some(answer) = answers.pop() else {
+                return Ok(Next::Continue);
+            };
+            let (back, results) = Batch::one(op.clone(), answer)
+                .commit(&*self.shared.log)
+                .await;
+            answers = back;
+            let queued = match &results {
                 Ok(results) => results.first().and_then(hook.queued),
                 Err(_) => None,
             };
             let Some(wait) = queued else {
-                let slow = args.as_ref().map(|a| (a, &*self.conn.handle));
-                let outcome = only_result(outcome);
-                let answer = reply_to(&self.shared, command, started, outcome, reply, slow);
-                self.push_ready(answer);
+                let mut replies = batch::replies(&self.shared, &self.conn.handle, answers, results);
+                if let Some(reply) = replies.next() {
+                    drop(replies);
+                    self.push_ready(reply);
+                }
                 return Ok(Next::Continue);
             };
             match self.park(&op, hook, wait, deadline).await? {
@@ -159,14 +169,5 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 .map_or_else(hook.nothing, hook.cancelled),
             Err(e) => Reply::error(CommandError::from(e).to_string()),
         }
-    }
-}
-
-/// The one result of a proposal of one op.
-fn only_result(outcome: Result<Vec<OpResult>, ProposeError>) -> Result<OpResult, CommandError> {
-    match outcome {
-        Ok(mut results) if results.len() == 1 => Ok(results.remove(0)),
-        Ok(results) => Err(CommandError::UnexpectedResult(format!("{results:?}"))),
-        Err(e) => Err(CommandError::from(e)),
     }
 }

@@ -15,10 +15,12 @@
 //! command after them (a read, PING, ...) first waits for them, so it sees their effect, as a
 //! client of a single-threaded Redis would.
 
+mod batch;
 mod blocking;
 mod closing;
 mod monitor;
 mod outcome;
+mod replies;
 pub(super) mod serve;
 mod subscriber;
 mod transaction;
@@ -27,17 +29,16 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use flockd_core::Op;
 use flockd_proto::{ProtocolError, Reply, RequestParser, encode};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
-use super::replies::{PendingReply, ReplySlot, approx_encoded_len, reply_to};
 use super::shared::{PREAUTH_QUERY_BUFFER, Shared};
 use crate::commands::context::ConnState;
 use crate::commands::{Command, CommandError, TABLE};
-use crate::log::Committing;
 use crate::services::stats;
+use batch::{Batch, Proposed};
+use replies::{PendingReply, ReplySlot, approx_encoded_len};
 
 /// Flush early after this many replies, so one read of many pipelined commands cannot build an
 /// unbounded reply buffer.
@@ -62,12 +63,12 @@ pub(super) struct Connection<S> {
     pending_size: usize,
     /// Proposals in `pending` not resolved yet.
     in_flight: usize,
-    /// The ops of the state commands read since the last proposal: one read's pipelined
-    /// commands go to the log together, as one entry, with one wait for their results (a
-    /// proposal per op cost an allocation, a channel and a log entry each).
-    unproposed: Vec<Op>,
+    /// The state commands read since the last proposal: one read's pipelined commands go to
+    /// the log together, as one entry, with one wait for their results (a proposal per op cost
+    /// an allocation, a channel and a log entry each).
+    unproposed: Batch,
     /// The batches proposed and not resolved yet, in order.
-    proposals: Vec<Committing>,
+    proposals: Vec<Proposed>,
     /// About how many bytes of arguments `unproposed` holds: a batch goes out once it holds
     /// [`BATCH_BYTES`], so big values never add up to one oversized log entry.
     unproposed_bytes: usize,
@@ -173,48 +174,42 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// Proposes the ops gathered since the last proposal, as one batch.
     fn propose_gathered(&mut self) {
         if !self.unproposed.is_empty() {
-            let ops = std::mem::take(&mut self.unproposed);
+            let batch = std::mem::take(&mut self.unproposed);
             self.unproposed_bytes = 0;
-            self.proposals.push(self.shared.log.propose(ops));
+            self.proposals.push(batch.propose(&*self.shared.log));
         }
     }
 
-    /// Waits for every proposal in `pending` and turns each result into its reply.
+    /// Waits for every proposal in `pending` and puts each reply in its request's slot.
     async fn resolve(&mut self) {
         if self.in_flight == 0 {
             return;
         }
         self.propose_gathered();
         self.shared.log.write_now();
-        let mut outcomes = Vec::with_capacity(self.proposals.len());
-        for pending in self.proposals.drain(..) {
-            outcomes.push(pending.await.map(Vec::into_iter));
+        let mut replies = Vec::with_capacity(self.in_flight);
+        for proposed in self.proposals.drain(..) {
+            let (answers, results) = proposed.results().await;
+            replies.extend(batch::replies(
+                &self.shared,
+                &self.conn.handle,
+                answers,
+                results,
+            ));
         }
+        // The batches' ops are in the order of their slots.
+        let mut replies = replies.into_iter();
         for item in &mut self.pending {
-            let ReplySlot::Proposed { .. } = &item.slot else {
-                continue;
-            };
-            let ReplySlot::Proposed {
-                batch,
-                reply,
-                command,
-                started,
-                args,
-            } = std::mem::replace(&mut item.slot, ReplySlot::Ready(Reply::Null))
-            else {
-                unreachable!("matched above");
-            };
-            // A batch's results come in the order of its ops, which is the order of the slots.
-            let outcome = match &mut outcomes[batch] {
-                Ok(results) => results
-                    .next()
-                    .ok_or_else(|| CommandError::UnexpectedResult("fewer results than ops".into())),
-                Err(e) => Err(CommandError::from(e.clone())),
-            };
-            let slow = args.as_ref().map(|a| (a, &*self.conn.handle));
-            let reply = reply_to(&self.shared, command, started, outcome, reply, slow);
-            self.pending_size += approx_encoded_len(&reply);
-            item.slot = ReplySlot::Ready(reply);
+            if let ReplySlot::Proposed = item.slot {
+                let reply = replies.next().unwrap_or_else(|| {
+                    Reply::error(
+                        CommandError::UnexpectedResult("fewer replies than slots".into())
+                            .to_string(),
+                    )
+                });
+                self.pending_size += approx_encoded_len(&reply);
+                item.slot = ReplySlot::Ready(reply);
+            }
         }
         self.in_flight = 0;
     }

@@ -10,12 +10,13 @@ use flockd_proto::{Reply, Request, RequestParser};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
+use super::batch::{Answer, Batch};
+use super::replies::{PendingReply, ReplySlot};
 use super::{BATCH_BYTES, Connection, FLUSH_AFTER_BYTES, FLUSH_AFTER_REPLIES, Next, READ_CHUNK};
 use crate::commands::Execution;
 use crate::commands::context::{ConnState, Ctx, Proposal};
 use crate::server::accounting;
 use crate::server::admission::{self, Admitted};
-use crate::server::replies::{PendingReply, ReplySlot};
 use crate::server::shared::{PREAUTH_LIMITS, Shared};
 use crate::services::clients::ClientHandle;
 use crate::services::stats;
@@ -35,7 +36,7 @@ where
         pending: Vec::new(),
         pending_size: 0,
         in_flight: 0,
-        unproposed: Vec::new(),
+        unproposed: Batch::default(),
         proposals: Vec::new(),
         unproposed_bytes: 0,
         conn: ConnState::new(&*shared, handle),
@@ -188,22 +189,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         .await;
                 }
                 let Proposal { op, reply, .. } = proposal;
-                // The batch the op joins: the one being gathered (proposed below if full).
-                let batch = self.proposals.len();
-                self.unproposed.push(op);
+                // The op joins the batch being gathered (proposed below once full).
+                self.unproposed
+                    .push(op, Answer::new(reply, index, started, args));
                 self.unproposed_bytes += request_bytes;
                 if self.unproposed_bytes >= BATCH_BYTES {
                     self.propose_gathered();
                 }
                 self.in_flight += 1;
                 self.pending.push(PendingReply {
-                    slot: ReplySlot::Proposed {
-                        batch,
-                        reply,
-                        command: index,
-                        started,
-                        args,
-                    },
+                    slot: ReplySlot::Proposed,
                     protocol: self.conn.protocol,
                 });
                 Ok(Next::Continue)

@@ -6,16 +6,14 @@
 
 use std::time::Instant;
 
-use flockd_core::OpResult;
 use flockd_proto::Reply;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::Transaction;
+use super::batch::{self, Answer, Batch};
 use super::{Connection, Next};
 use crate::commands::context::{Ctx, Outcome, Proposal};
 use crate::commands::{Command, CommandError, Execution, TABLE, multi};
-use crate::log::{ProposeError, commit};
-use crate::server::replies::reply_to;
 use crate::services::stats;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
@@ -84,19 +82,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// The reply is the array of every command's reply, errors included, as in Redis. If the
     /// entry cannot be committed, nothing of it was applied and EXEC answers the error.
     async fn run_transaction(&mut self, transaction: Transaction) -> (Reply, Next) {
+        /// A queued command's place in EXEC's reply: the next of the batch's replies, or a
+        /// local command run after the batch.
         enum Step {
-            Op {
-                result: usize,
-                reply: fn(OpResult) -> Result<Reply, CommandError>,
-                command: usize,
-            },
-            Local {
-                command: Command,
-                index: usize,
-            },
+            Op,
+            Local { command: Command, index: usize },
         }
         let started = Instant::now();
-        let mut ops = Vec::new();
+        let mut batch = Batch::default();
         let mut steps = Vec::with_capacity(transaction.queued.len());
         for (index, command) in transaction.queued {
             match command.into_transaction(self.conn.handle.id) {
@@ -107,51 +100,36 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     ..
                 }) => {
                     self.hold_for_session(&mut session_names);
-                    steps.push(Step::Op {
-                        result: ops.len(),
-                        reply,
-                        command: index,
-                    });
-                    ops.push(op);
+                    batch.push(op, Answer::new(reply, index, started, None));
+                    steps.push(Step::Op);
                 }
                 Err(command) => steps.push(Step::Local { command, index }),
             }
         }
-        let mut results: Vec<Option<OpResult>> = if ops.is_empty() {
-            Vec::new()
+        let mut ops_replies = if batch.is_empty() {
+            Vec::new().into_iter()
         } else {
-            match commit(&*self.shared.log, ops).await {
-                Ok(results) => results.into_iter().map(Some).collect(),
-                Err(e) => {
-                    return (
-                        Reply::error(CommandError::from(e).to_string()),
-                        Next::Continue,
-                    );
-                }
+            let (answers, results) = batch.commit(&*self.shared.log).await;
+            if let Err(e) = results {
+                // Nothing of the transaction was applied: EXEC answers the error once.
+                return (
+                    Reply::error(CommandError::from(e).to_string()),
+                    Next::Continue,
+                );
             }
+            batch::replies(&self.shared, &self.conn.handle, answers, results)
+                .collect::<Vec<_>>()
+                .into_iter()
         };
         let mut replies = Vec::with_capacity(steps.len());
         let mut next = Next::Continue;
         for step in steps {
             match step {
-                Step::Op {
-                    result,
-                    reply,
-                    command,
-                } => {
-                    let outcome = results
-                        .get_mut(result)
-                        .and_then(Option::take)
-                        .ok_or(CommandError::from(ProposeError::ShuttingDown));
-                    replies.push(reply_to(
-                        &self.shared,
-                        command,
-                        started,
-                        outcome,
-                        reply,
-                        None,
-                    ));
-                }
+                Step::Op => replies.push(ops_replies.next().unwrap_or_else(|| {
+                    Reply::error(
+                        CommandError::UnexpectedResult("fewer replies than ops".into()).to_string(),
+                    )
+                })),
                 Step::Local { command, index } => {
                     let stat = &self.shared.stats.commands[index];
                     stats::account(&self.shared.stats, index, 0);

@@ -1,55 +1,21 @@
 //! A connection's replies in the making: in pipeline order, each ready or waiting for the result
-//! of its state command's proposal; how that result becomes the reply (and the command's
-//! stats); and roughly how big a reply is on the wire, so a pipelined read cannot pin unbounded
-//! memory in replies.
+//! of its state command's proposal (made into its reply by `batch.rs`); and roughly how big a
+//! reply is on the wire, so a pipelined read cannot pin unbounded memory in replies.
 
-use std::time::Instant;
-
-use flockd_core::OpResult;
 use flockd_proto::{ProtocolVersion, Reply};
-
-use super::accounting;
-use super::shared::Shared;
-use crate::commands::CommandError;
-use crate::services::clients::ClientHandle;
-use crate::services::stats;
 
 /// A reply in the making.
 pub(super) enum ReplySlot {
     Ready(Reply),
-    /// A state command's op on its way through the log, in batch `batch` (an index into the
-    /// connection's `proposals`); its result is that batch's next one.
-    Proposed {
-        batch: usize,
-        reply: fn(OpResult) -> Result<Reply, CommandError>,
-        command: usize,
-        started: Instant,
-        args: Option<stats::SlowArgs>,
-    },
+    /// A state command's op on its way through the log: its reply is the next of the
+    /// connection's proposed batches (their ops are in the order of these slots).
+    Proposed,
 }
 
 pub(super) struct PendingReply {
     pub(super) slot: ReplySlot,
     /// HELLO can switch the protocol mid-batch; each reply goes out in the one it was made in.
     pub(super) protocol: ProtocolVersion,
-}
-
-/// The reply of a state command from the outcome of its proposal. Its time in commandstats runs
-/// from admission to the result: the log's latency is part of what the command costs (and of
-/// what the slow log and the latency monitor see, given the command's arguments in `slow`).
-pub(super) fn reply_to(
-    shared: &Shared,
-    command: usize,
-    started: Instant,
-    outcome: Result<OpResult, CommandError>,
-    reply: fn(OpResult) -> Result<Reply, CommandError>,
-    slow: Option<(&stats::SlowArgs, &ClientHandle)>,
-) -> Reply {
-    let stat = &shared.stats.commands[command];
-    accounting::account_call(shared, command, started, slow);
-    outcome
-        .and_then(reply)
-        .unwrap_or_else(|e| Reply::error(stats::failed(stat, &e)))
 }
 
 /// Roughly the wire size of a reply (headers counted generously), walked without recursion.
