@@ -1,5 +1,5 @@
 //! flockd as a library: the daemon's every layer, so the binary (`main.rs`), the
-//! instruction-count guard (`crates/flockd-guard`) and tests reach the real code. The layers,
+//! instruction-count guard (`crates/flockd-instructions`) and tests reach the real code. The layers,
 //! in the order a request meets them:
 //!
 //! * [`server`]: listening, a connection's bytes to requests and replies back, admission.

@@ -3,7 +3,7 @@
 
 Reads gungraun's machine-readable summaries (`--output-format=json`: one JSON object per
 benchmark and line; other lines are skipped), takes each benchmark's callgrind `Ir` (instructions
-executed) and compares it with `crates/flockd-guard/baseline.toml`. Prints a table; exits 1 when
+executed) and compares it with `crates/flockd-instructions/baseline.toml`. Prints a table; exits 1 when
 a count grew by more than the tolerance (10%), when a benchmark has no committed figure, or when a
 committed one was not measured. With --update it rewrites the baseline from the counts instead
 (a deliberate change: commit the new figures with the change, and say why in --reason).
@@ -70,7 +70,7 @@ def read_counts(path):
 def write_baseline(path, counts, reason):
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
-        "# Instruction counts (callgrind Ir) of crates/flockd-guard's benchmarks, held by",
+        "# Instruction counts (callgrind Ir) of crates/flockd-instructions's benchmarks, held by",
         "# tests/instruction_guard.sh: CI fails when one grows by more than 10% against these.",
         "# Rewritten by `GUARD_UPDATE=1 GUARD_REASON='why' tests/instruction_guard.sh`; commit it",
         "# with the change that moved the counts.",
@@ -149,7 +149,7 @@ def main():
         for p in problems:
             print(f"  {p}")
         print("A deliberate change: GUARD_UPDATE=1 GUARD_REASON='why' tests/instruction_guard.sh,")
-        print("then commit crates/flockd-guard/baseline.toml with the change.")
+        print("then commit crates/flockd-instructions/baseline.toml with the change.")
         return 1
     print(f"\ninstruction guard: ok (every count within +{TOLERANCE:.0%} of its figure)")
     return 0

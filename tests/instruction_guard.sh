@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The instruction-count guard: runs crates/flockd-guard's benchmarks under valgrind (gungraun)
+# The instruction-count guard: runs crates/flockd-instructions's benchmarks under valgrind (gungraun)
 # and fails (exit 1) when a benchmark's instruction count grew by more than 10% against the
-# committed figures in crates/flockd-guard/baseline.toml, printing benchmark, committed, now and
+# committed figures in crates/flockd-instructions/baseline.toml, printing benchmark, committed, now and
 # ratio. Instruction counts repeat on a noisy machine, so the check needs no retries or slack
 # beyond the 10%.
 #
@@ -26,13 +26,13 @@ fi
 
 # Build first (release profile, outside the time bound of the run itself), then run: the
 # valgrind part takes well under a minute.
-timeout 1800 cargo bench --quiet -p flockd-guard --bench op_path --no-run
+timeout 1800 cargo bench --quiet -p flockd-instructions --bench op_path --no-run
 
 summary=target/gungraun/guard-summary.jsonl
 mkdir -p "$(dirname "$summary")"
-timeout 600 cargo bench --quiet -p flockd-guard --bench op_path -- --output-format=json >"$summary"
+timeout 600 cargo bench --quiet -p flockd-instructions --bench op_path -- --output-format=json >"$summary"
 
-args=("$summary" crates/flockd-guard/baseline.toml)
+args=("$summary" crates/flockd-instructions/baseline.toml)
 if [ "${GUARD_UPDATE:-}" = 1 ]; then
   args+=(--update --reason "${GUARD_REASON:-}")
 fi

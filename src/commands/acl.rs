@@ -169,8 +169,8 @@ const HELP: &[&str] = &[
 
 impl LocalCommand for AclCmd {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let state = ctx.services.acl();
-        let table = ctx.services.command_table();
+        let state = ctx.server.acl();
+        let table = ctx.server.command_table();
         match self {
             AclCmd::SetUser(name, rules) => {
                 let known = |name: &str| permissions::known(table, name);
@@ -269,7 +269,7 @@ impl LocalCommand for AclCmd {
                 reply(Reply::ok())
             }
             AclCmd::Load => {
-                let config = ctx.services.config().load();
+                let config = ctx.server.config().load();
                 let path = config.aclfile.clone().ok_or(CommandError::NoAclFile)?;
                 let users = tokio::task::block_in_place(|| {
                     permissions::read_file(table, &path, config.requirepass.as_deref())
@@ -281,7 +281,7 @@ impl LocalCommand for AclCmd {
             }
             AclCmd::Save => {
                 let path = ctx
-                    .services
+                    .server
                     .config()
                     .load()
                     .aclfile

@@ -49,7 +49,7 @@ impl LocalCommand for Auth {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         if self.username.is_none()
             && ctx
-                .services
+                .server
                 .acl()
                 .user("default")
                 .is_some_and(|u| u.nopass && u.enabled)
@@ -68,12 +68,12 @@ pub fn check_credentials(
     password: &[u8],
 ) -> Result<(), CommandError> {
     let name = String::from_utf8_lossy(username.unwrap_or(b"default")).into_owned();
-    let user = ctx.services.acl().read().authenticate(&name, password);
+    let user = ctx.server.acl().read().authenticate(&name, password);
     match user {
         Some(user) => {
             ctx.conn.handle.names.lock().user = Some(bytes::Bytes::from(user.name.clone()));
             ctx.conn.user = user;
-            ctx.conn.acl_generation = ctx.services.acl().generation();
+            ctx.conn.acl_generation = ctx.server.acl().generation();
             ctx.conn.authenticated = true;
             Ok(())
         }
@@ -86,9 +86,9 @@ pub fn check_credentials(
                 "AUTH failed"
             );
             super::permissions::record(
-                ctx.services.acl(),
+                ctx.server.acl(),
                 ctx.conn,
-                ctx.services.command_table(),
+                ctx.server.command_table(),
                 &name,
                 flockd_acl::Denial::Auth,
                 "AUTH",

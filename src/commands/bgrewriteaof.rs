@@ -35,7 +35,7 @@ impl CommandDef for BgRewriteAof {
 
 impl LocalCommand for BgRewriteAof {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        match ctx.services.log().rewrite() {
+        match ctx.server.log().rewrite() {
             Ok(()) => reply(Reply::Simple(
                 "Background append only file rewriting started".into(),
             )),

@@ -262,13 +262,13 @@ impl LocalCommand for Client {
             }
             Client::Info => reply(Reply::Verbatim(Bytes::from(format!(
                 "{}\n",
-                handle.describe(|i| ctx.services.command_table()[i].name)
+                handle.describe(|i| ctx.server.command_table()[i].name)
             )))),
             Client::List { ids } => {
                 let mut text = String::new();
-                for client in ctx.services.clients().all() {
+                for client in ctx.server.clients().all() {
                     if ids.as_ref().is_none_or(|ids| ids.contains(&client.id)) {
-                        text.push_str(&client.describe(|i| ctx.services.command_table()[i].name));
+                        text.push_str(&client.describe(|i| ctx.server.command_table()[i].name));
                         text.push('\n');
                     }
                 }
@@ -339,7 +339,7 @@ fn parse_kill(args: &mut Args) -> Result<KillFilter, CommandError> {
 fn kill(ctx: &mut Ctx<'_>, filter: KillFilter) -> CommandResult {
     let me = ctx.conn.handle.id;
     let mut killed = 0;
-    for client in ctx.services.clients().all() {
+    for client in ctx.server.clients().all() {
         let matches = filter.id.is_none_or(|id| id == client.id)
             && filter
                 .addr

@@ -128,7 +128,7 @@ impl CommandDef for CommandCmd {
 
 impl LocalCommand for CommandCmd {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let table = ctx.services.command_table();
+        let table = ctx.server.command_table();
         let lookup = |name: &[u8]| find(table, name);
         reply(match self {
             CommandCmd::All => Reply::Array(table.iter().map(info).collect()),

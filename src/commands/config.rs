@@ -117,18 +117,18 @@ impl LocalCommand for ConfigCmd {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         match self {
             ConfigCmd::Get(patterns) => {
-                let mut entries = ctx.services.config().load().entries();
+                let mut entries = ctx.server.config().load().entries();
                 // `--port 0` picks a free port: report the one actually listened on.
                 for (key, value) in entries.iter_mut() {
                     if *key == "port" {
-                        *value = ctx.services.local_addr().port().to_string();
+                        *value = ctx.server.local_addr().port().to_string();
                     }
                     // The contract: passwords never appear in CONFIG GET (ACL LIST shows digests).
                     if *key == "requirepass" && !value.is_empty() {
                         *value = "(redacted)".to_string();
                     }
                     if *key == "tls-port"
-                        && let Some(addr) = ctx.services.tls_addr()
+                        && let Some(addr) = ctx.server.tls_addr()
                     {
                         *value = addr.port().to_string();
                     }
@@ -146,11 +146,11 @@ impl LocalCommand for ConfigCmd {
             }
             ConfigCmd::Set(changes) => {
                 // Blocking at most for one fsync (a switch to `always` syncs what came before).
-                tokio::task::block_in_place(|| ctx.services.reconfigure(&changes))?;
+                tokio::task::block_in_place(|| ctx.server.reconfigure(&changes))?;
                 reply(Reply::ok())
             }
             ConfigCmd::Rewrite => {
-                let config = std::sync::Arc::clone(&ctx.services.config().load());
+                let config = std::sync::Arc::clone(&ctx.server.config().load());
                 tokio::task::block_in_place(|| rewrite::rewrite(&config))?;
                 tracing::info!("CONFIG REWRITE executed with success");
                 reply(Reply::ok())
@@ -158,7 +158,7 @@ impl LocalCommand for ConfigCmd {
             // What Redis resets: INFO stats, commandstats, latency histograms and the lock
             // table's event counters; not the slow log or the latency monitor.
             ConfigCmd::ResetStat => {
-                ctx.services.reset_stats();
+                ctx.server.reset_stats();
                 reply(Reply::ok())
             }
             ConfigCmd::Help => reply(Reply::Array(vec![

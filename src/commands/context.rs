@@ -11,7 +11,7 @@ use flockd_proto::{ProtocolVersion, Reply};
 use parking_lot::RwLockReadGuard;
 
 use super::error::CommandError;
-use super::services::Services;
+use super::server::Server;
 use crate::services::clients::ClientHandle;
 use crate::services::pubsub::{Delivery, Mailbox};
 
@@ -32,8 +32,8 @@ pub struct ConnState {
 impl ConnState {
     /// A new connection's state: as in Redis, it starts as `default`, logged in if that user
     /// needs no password.
-    pub fn new(services: &dyn Services, handle: Arc<ClientHandle>) -> ConnState {
-        let user = services
+    pub fn new(server: &dyn Server, handle: Arc<ClientHandle>) -> ConnState {
+        let user = server
             .acl()
             .user("default")
             .expect("the default user always exists");
@@ -41,7 +41,7 @@ impl ConnState {
             handle,
             protocol: ProtocolVersion::Resp2,
             authenticated: user.enabled && user.nopass,
-            acl_generation: services.acl().generation(),
+            acl_generation: server.acl().generation(),
             user,
             in_transaction: false,
             subscriptions: Subscriptions::default(),
@@ -49,8 +49,8 @@ impl ConnState {
     }
 
     /// Whether this connection came in on the sentinel port, where the node is a Sentinel.
-    pub fn on_sentinel_port(&self, services: &dyn Services) -> bool {
-        services
+    pub fn on_sentinel_port(&self, server: &dyn Server) -> bool {
+        server
             .sentinel_addr()
             .is_some_and(|a| a.port() == self.handle.laddr.port())
     }
@@ -88,7 +88,7 @@ impl Subscriptions {
 
 pub struct Ctx<'a> {
     /// What the command may use of the server.
-    pub services: &'a dyn Services,
+    pub server: &'a dyn Server,
     pub conn: &'a mut ConnState,
     /// Log time now: what reads compare leases against.
     pub now: Millis,
@@ -97,7 +97,7 @@ pub struct Ctx<'a> {
 impl Ctx<'_> {
     /// The applied state, for read commands.
     pub fn machine(&self) -> RwLockReadGuard<'_, StateMachine> {
-        self.services.host().read()
+        self.server.host().read()
     }
 }
 

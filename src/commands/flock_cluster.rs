@@ -140,7 +140,7 @@ impl LocalCommand for FlockCluster {
                 HELP.iter().map(|l| Reply::Simple((*l).into())).collect(),
             ));
         }
-        let log = ctx.services.log();
+        let log = ctx.server.log();
         let Some(membership) = log.membership() else {
             return Err(CommandError::Cluster(
                 "this flockd is a single node: start it with node-id and cluster-peers".into(),

@@ -12,7 +12,7 @@ use super::context::{CommandResult, Ctx, reply};
 use super::error::CommandError;
 use super::kinds::{CommandDef, LocalCommand};
 use super::meta::{CommandFlags, Meta};
-use super::services::Services;
+use super::server::Server;
 use crate::services::stats::{self, human_bytes, read};
 
 const DEFAULT_SECTIONS: &[&str] = &[
@@ -112,13 +112,13 @@ impl LocalCommand for Info {
             if !text.is_empty() {
                 text.push_str("\r\n");
             }
-            render(ctx.services, section, &mut text);
+            render(ctx.server, section, &mut text);
         }
         reply(Reply::Verbatim(Bytes::from(text)))
     }
 }
 
-fn render(services: &dyn Services, section: &str, out: &mut String) {
+fn render(server: &dyn Server, section: &str, out: &mut String) {
     // A name starting with '#' is a section header line.
     let mut field = |name: &str, value: &dyn std::fmt::Display| {
         let _ = if name.starts_with('#') {
@@ -136,11 +136,11 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
             field("os", &std::env::consts::OS);
             field("arch_bits", &(usize::BITS));
             field("process_id", &std::process::id());
-            field("tcp_port", &services.local_addr().port());
-            field("uptime_in_seconds", &services.started().elapsed().as_secs());
+            field("tcp_port", &server.local_addr().port());
+            field("uptime_in_seconds", &server.started().elapsed().as_secs());
             field(
                 "uptime_in_days",
-                &(services.started().elapsed().as_secs() / 86_400),
+                &(server.started().elapsed().as_secs() / 86_400),
             );
             field(
                 "executable",
@@ -149,7 +149,7 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
                     .unwrap_or_default(),
             );
             // As in Redis: the absolute path CONFIG REWRITE writes, empty without a file.
-            let config_file = services.config().load().config_file.as_ref().map(|p| {
+            let config_file = server.config().load().config_file.as_ref().map(|p| {
                 std::fs::canonicalize(p)
                     .unwrap_or_else(|_| p.clone())
                     .display()
@@ -159,14 +159,14 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
         }
         "clients" => {
             field("# Clients", &"");
-            field("connected_clients", &services.clients().connected());
-            field("maxclients", &services.config().load().maxclients);
-            field("blocked_clients", &services.clients().blocked());
+            field("connected_clients", &server.clients().connected());
+            field("maxclients", &server.config().load().maxclients);
+            field("blocked_clients", &server.clients().blocked());
         }
         "memory" => {
-            let m = stats::memory(services.stats());
+            let m = stats::memory(server.stats());
             let (l, f) = {
-                let machine = services.host().read();
+                let machine = server.host().read();
                 (machine.lock_stats(), machine.fence_stats())
             };
             let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
@@ -196,7 +196,7 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
             field("flock_table_bytes_human", &human_bytes(table));
         }
         "stats" => {
-            let s = services.stats();
+            let s = server.stats();
             field("# Stats", &"");
             field("total_connections_received", &read(&s.connections_received));
             field("total_commands_processed", &read(&s.commands_processed));
@@ -221,7 +221,7 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
         }
         "persistence" => {
             field("# Persistence", &"");
-            services
+            server
                 .log()
                 .persistence_info(&mut |name, value| field(name, value));
         }
@@ -229,11 +229,11 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
             field("# Digest", &"");
             // Equal on every node that applied the same log: the fault harness compares it
             // across nodes after healing.
-            field("raft_state_digest", &services.host().read().digest());
+            field("raft_state_digest", &server.host().read().digest());
         }
         "replication" => {
             field("# Replication", &"");
-            let log = services.log();
+            let log = server.log();
             let v = log.view();
             let leads = v.role.leads();
             field("role", &if leads { "master" } else { "slave" });
@@ -254,7 +254,7 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
         }
         "locks" => {
             let (l, f, floor) = {
-                let machine = services.host().read();
+                let machine = server.host().read();
                 (
                     machine.lock_stats(),
                     machine.fence_stats(),
@@ -271,8 +271,8 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
             field("expirations", &l.expirations);
             field("force_releases", &l.force_releases);
             field("notowner_rejections", &l.notowner_rejections);
-            field("max_idle_names", &services.config().load().max_idle_names);
-            field("names_forgotten", &read(&services.stats().names_forgotten));
+            field("max_idle_names", &server.config().load().max_idle_names);
+            field("names_forgotten", &read(&server.stats().names_forgotten));
             field("token_floor", &floor);
             field("fence_keys", &f.keys);
             field("fence_writes_accepted", &f.accepted);
@@ -280,11 +280,7 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
         }
         "commandstats" => {
             field("# Commandstats", &"");
-            for (meta, stat) in services
-                .command_table()
-                .iter()
-                .zip(&services.stats().commands)
-            {
+            for (meta, stat) in server.command_table().iter().zip(&server.stats().commands) {
                 let calls = read(&stat.calls);
                 let (rejected, failed) = (read(&stat.rejected), read(&stat.failed));
                 if calls + rejected == 0 {
@@ -307,7 +303,7 @@ fn render(services: &dyn Services, section: &str, out: &mut String) {
         "keyspace" => {
             field("# Keyspace", &"");
             // Lock names are the keys (DBSIZE); held ones have a lease, Redis's `expires`.
-            let l = services.host().read().lock_stats();
+            let l = server.host().read().lock_stats();
             if l.names > 0 {
                 field(
                     "db0",

@@ -153,8 +153,8 @@ impl CommandDef for LatencyCmd {
 
 impl LocalCommand for LatencyCmd {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let stats = ctx.services.stats();
-        let table = ctx.services.command_table();
+        let stats = ctx.server.stats();
+        let table = ctx.server.command_table();
         match self {
             LatencyCmd::Latest => reply(Reply::Array(
                 stats
@@ -224,7 +224,7 @@ impl LocalCommand for LatencyCmd {
                 reply(Reply::Map(map))
             }
             LatencyCmd::Doctor => reply(Reply::Verbatim(Bytes::from(doctor(
-                ctx.services.config().load().latency_monitor_threshold,
+                ctx.server.config().load().latency_monitor_threshold,
                 &stats.latency.events(),
             )))),
             LatencyCmd::Help => reply(Reply::Array(

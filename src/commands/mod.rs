@@ -53,8 +53,8 @@ mod latency;
 mod monitor;
 pub mod multi;
 pub mod permissions;
-pub mod services;
-pub use services::Services;
+pub mod server;
+pub use server::Server;
 mod ping;
 mod pubsub;
 mod quit;
@@ -95,7 +95,7 @@ macro_rules! dispatch {
         Execution::Local(LocalCommand::run($cmd, $ctx))
     };
     (read, $cmd:expr, $ctx:expr, $ty:ty) => {
-        Execution::Local(match $ctx.services.log().read_point() {
+        Execution::Local(match $ctx.server.log().read_point() {
             None => read_now($cmd, $ctx),
             Some(point) => read_at(point, $cmd, $ctx),
         })
@@ -158,7 +158,7 @@ fn read_now<T: OpCommand>(cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
 /// clock at that point. So it is linearizable on any node without an entry in the log.
 fn read_at<T: OpCommand>(point: ReadWait, cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
     let read = read_of(cmd)?;
-    let host = ctx.services.host().clone();
+    let host = ctx.server.host().clone();
     Ok(Outcome::Await(Box::pin(async move {
         let replied = match point.await {
             Ok(at) => {

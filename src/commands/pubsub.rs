@@ -74,7 +74,7 @@ impl CommandDef for PubsubCmd {
 
 impl LocalCommand for PubsubCmd {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let pubsub = &ctx.services.host().pubsub;
+        let pubsub = &ctx.server.host().pubsub;
         match self {
             PubsubCmd::Channels(pattern) => reply(Reply::Array(
                 pubsub

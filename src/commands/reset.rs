@@ -39,14 +39,14 @@ impl LocalCommand for Reset {
             .resp
             .store(2, std::sync::atomic::Ordering::Relaxed);
         // Back to `default`, logged in only if that user needs no password (Redis's RESET).
-        if let Some(user) = ctx.services.acl().user("default") {
+        if let Some(user) = ctx.server.acl().user("default") {
             ctx.conn.authenticated = user.enabled && user.nopass;
             ctx.conn.user = user;
         }
-        ctx.conn.acl_generation = ctx.services.acl().generation();
+        ctx.conn.acl_generation = ctx.server.acl().generation();
         ctx.conn.handle.names.lock().user = None;
         ctx.conn.handle.names.lock().name = None;
-        super::unsubscribe::leave_all(&ctx.services.host().pubsub, ctx.conn);
+        super::unsubscribe::leave_all(&ctx.server.host().pubsub, ctx.conn);
         Ok(Outcome::Discard(Reply::Simple("RESET".into())))
     }
 }

@@ -36,14 +36,14 @@ impl CommandDef for Role {
 
 impl LocalCommand for Role {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        if ctx.conn.on_sentinel_port(ctx.services) {
-            let name = ctx.services.config().load().sentinel_master_name.clone();
+        if ctx.conn.on_sentinel_port(ctx.server) {
+            let name = ctx.server.config().load().sentinel_master_name.clone();
             return reply(Reply::Array(vec![
                 Reply::bulk("sentinel"),
                 Reply::Array(vec![Reply::bulk(name)]),
             ]));
         }
-        let view = ctx.services.log().view();
+        let view = ctx.server.log().view();
         if view.role.leads() {
             let replicas = view
                 .members

@@ -176,9 +176,9 @@ struct Picture {
 }
 
 fn picture(ctx: &Ctx<'_>) -> Picture {
-    let config = ctx.services.config().load();
-    let view = ctx.services.log().view();
-    let local = ctx.services.local_addr();
+    let config = ctx.server.config().load();
+    let view = ctx.server.log().view();
+    let local = ctx.server.local_addr();
     let node = |m: &LogMember| Node {
         // A single node has no id: it is node 1 of a cluster of one.
         id: m.id.unwrap_or(1),
@@ -332,7 +332,7 @@ fn no_such_master() -> CommandResult {
 
 impl LocalCommand for Sentinel {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let name = ctx.services.config().load().sentinel_master_name.clone();
+        let name = ctx.server.config().load().sentinel_master_name.clone();
         let known = |asked: &[u8]| asked == name.as_bytes();
         match self {
             Sentinel::Help => reply(Reply::Array(

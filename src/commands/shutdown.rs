@@ -50,7 +50,7 @@ impl LocalCommand for Shutdown {
             client = ctx.conn.handle.id,
             "SHUTDOWN requested by a client"
         );
-        ctx.services.stop();
+        ctx.server.stop();
         Ok(Outcome::Close)
     }
 }

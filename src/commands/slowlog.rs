@@ -116,8 +116,8 @@ fn parse_count(raw: &Bytes) -> Result<Option<usize>, CommandError> {
 
 impl LocalCommand for SlowlogCmd {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let slowlog = &ctx.services.stats().slowlog;
-        let max_len = ctx.services.config().load().slowlog_max_len;
+        let slowlog = &ctx.server.stats().slowlog;
+        let max_len = ctx.server.config().load().slowlog_max_len;
         match self {
             SlowlogCmd::Get(count) => {
                 let entries = slowlog.get(count, max_len);

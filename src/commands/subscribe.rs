@@ -48,9 +48,9 @@ fn subscribe(ctx: &mut Ctx<'_>, pattern: bool, channels: Vec<Bytes>) -> CommandR
         };
         if !allowed {
             super::permissions::deny(
-                ctx.services.acl(),
+                ctx.server.acl(),
                 ctx.conn,
-                ctx.services.command_table(),
+                ctx.server.command_table(),
                 Denial::Channel,
                 &String::from_utf8_lossy(channel),
             );
@@ -77,7 +77,7 @@ fn subscribe(ctx: &mut Ctx<'_>, pattern: bool, channels: Vec<Bytes>) -> CommandR
             &mut subs.channels
         };
         if set.insert(channel.clone()) {
-            ctx.services
+            ctx.server
                 .host()
                 .pubsub
                 .subscribe(pattern, channel.clone(), id, &mailbox);

@@ -15,7 +15,6 @@ mod expiry;
 pub mod metrics;
 pub mod reconfigure;
 mod sentinel;
-mod services;
 mod shared;
 mod stopping;
 

@@ -35,7 +35,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         }
                         if name == b"reset" {
                             let mut ctx = Ctx {
-                                services: &*self.shared,
+                                server: &*self.shared,
                                 conn: &mut self.conn,
                                 now: shared.log.now(),
                             };

@@ -171,7 +171,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         }
         let now = self.shared.log.now();
         let mut ctx = Ctx {
-            services: &*self.shared,
+            server: &*self.shared,
             conn: &mut self.conn,
             now,
         };

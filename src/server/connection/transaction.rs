@@ -134,7 +134,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     let stat = &self.shared.stats.commands[index];
                     stats::account(&self.shared.stats, index, 0);
                     let mut ctx = Ctx {
-                        services: &*self.shared,
+                        server: &*self.shared,
                         conn: &mut self.conn,
                         now: self.shared.log.now(),
                     };

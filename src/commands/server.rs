@@ -1,7 +1,7 @@
 //! What a command may use of the running server, and nothing more: the applied state and the
 //! point a read must wait for, the users, the configuration and its changes, the counters, the
 //! connected clients, the log under the state (its figures and controls, whichever log it is)
-//! and the addresses it serves on. The server implements it (`crate::server::services`); a command
+//! and the addresses it serves on. The server implements it (`crate::server::shared`); a command
 //! never sees how the server is wired together.
 
 use std::net::SocketAddr;
@@ -16,7 +16,7 @@ use crate::services::host::StateHost;
 use crate::services::live_config::{LiveConfig, ReconfigureError};
 use crate::services::stats::ServerStats;
 
-pub trait Services: Send + Sync {
+pub trait Server: Send + Sync {
     /// The running configuration (`load()` it: one atomic read).
     fn config(&self) -> &LiveConfig;
     /// CONFIG SET: every change checked first, then all made; blocks while a change of the

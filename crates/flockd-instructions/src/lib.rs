@@ -1,4 +1,4 @@
-//! flockd-guard: the work that the instruction-count benchmarks (`benches/op_path.rs`) measure,
+//! flockd-instructions: the work that the instruction-count benchmarks (`benches/op_path.rs`) measure,
 //! and the fixed inputs they measure it on. The benches run it under valgrind (gungraun), and
 //! `tests/instruction_guard.sh` fails CI when a count grows by more than 10% against
 //! `baseline.toml`.

@@ -1,5 +1,5 @@
 //! Instruction counts of flockd's in-process path under valgrind (gungraun's callgrind), for
-//! `tests/instruction_guard.sh` to hold against `crates/flockd-guard/baseline.toml`. What each
+//! `tests/instruction_guard.sh` to hold against `crates/flockd-instructions/baseline.toml`. What each
 //! bench covers, and what it leaves out, is in the crate's docs (`src/lib.rs`).
 //!
 //! Each bench's inputs are built by its `setup` function, which gungraun runs outside the
@@ -10,7 +10,7 @@ use std::hint::black_box;
 
 use bytes::BytesMut;
 use flockd_core::{Millis, StateMachine};
-use flockd_guard::{
+use flockd_instructions::{
     AofEntry, LEASE_MS, OpPath, START, aof_entries, decode_raft_payloads, encode_aof_entries,
     encode_raft_payloads, expire_due, granted_machine, op_path_requests, raft_payloads,
 };
