@@ -23,7 +23,7 @@ pub struct AofLog {
     aof: Arc<Aof>,
     clock: Arc<Clock>,
     /// Always true: a single node runs its own lease clock.
-    leading: watch::Sender<bool>,
+    lease_duty: watch::Sender<bool>,
     /// What loading the file at start found (INFO persistence).
     replayed: ReplayReport,
     /// The client port's address: the one member ROLE and the console show.
@@ -93,7 +93,7 @@ pub async fn open(
     let log = AofLog {
         aof,
         clock: clock.clone(),
-        leading: watch::channel(true).0,
+        lease_duty: watch::channel(true).0,
         replayed,
         addr,
         host: host.clone(),
@@ -146,8 +146,8 @@ impl Log for AofLog {
         self.clock.now()
     }
 
-    fn leadership(&self) -> watch::Receiver<bool> {
-        self.leading.subscribe()
+    fn lease_duty(&self) -> watch::Receiver<bool> {
+        self.lease_duty.subscribe()
     }
 
     fn read_point(&self) -> Option<ReadWait> {

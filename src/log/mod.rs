@@ -83,7 +83,7 @@ pub trait Log: Send + Sync + 'static {
     fn now(&self) -> Millis;
     /// True while this node may run the lease clock (expire leases, forget idle names): always
     /// on a single node; on a cluster's leader once it re-armed the leases.
-    fn leadership(&self) -> watch::Receiver<bool>;
+    fn lease_duty(&self) -> watch::Receiver<bool>;
     /// What a linearizable read must wait for before it reads the applied state. `None`: read
     /// now (a single node's applied state is always current).
     fn read_point(&self) -> Option<ReadWait>;

@@ -244,8 +244,8 @@ impl Log for RaftLog {
         self.cluster.now()
     }
 
-    fn leadership(&self) -> watch::Receiver<bool> {
-        self.cluster.leadership()
+    fn lease_duty(&self) -> watch::Receiver<bool> {
+        self.cluster.lease_duty()
     }
 
     fn read_point(&self) -> Option<ReadWait> {

@@ -17,7 +17,7 @@ const BATCH: usize = 4096;
 
 pub async fn run(shared: Arc<Shared>) {
     // On a cluster node only the leader's clock times leases: a follower's task waits here.
-    let mut leading = shared.log.leadership();
+    let mut leading = shared.log.lease_duty();
     loop {
         if !*leading.borrow_and_update() {
             tokio::select! {

@@ -384,7 +384,7 @@ async fn reclaim_idle_names(shared: Arc<Shared>) {
     const BATCH: usize = 10_000;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     // Only the leader forgets names (the followers apply its Forget ops).
-    let leading = shared.log.leadership();
+    let leading = shared.log.lease_duty();
     loop {
         tokio::select! {
             _ = tick.tick() => {}

@@ -151,7 +151,7 @@ impl TestCluster {
             for node in &self.nodes {
                 if let Some(running) = &node.running
                     && running.view().role == Role::Leader
-                    && *running.leadership().borrow()
+                    && *running.lease_duty().borrow()
                 {
                     return node.id;
                 }

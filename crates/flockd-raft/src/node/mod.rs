@@ -106,11 +106,12 @@ struct Node {
     host: Arc<dyn Apply>,
     log: LogStore,
     store: MachineStore,
-    /// True once this node leads and has re-armed the leases: the expiry task may run.
-    leading: watch::Sender<bool>,
+    /// True once this node leads and has re-armed the leases: it runs the lease clock (the
+    /// expiry and idle-name tasks). `Cluster::lease_duty` watches it.
+    lease_duty: watch::Sender<bool>,
     /// True once this node leads and its clock continues from the log's time: only then does
     /// it stamp proposals.
-    in_office: std::sync::atomic::AtomicBool,
+    stamping: std::sync::atomic::AtomicBool,
     /// When a leader's append (or heartbeat) last arrived.
     last_append: parking_lot::Mutex<Option<Instant>>,
     /// This node's dir id and the ones it saw of its peers.
@@ -302,7 +303,7 @@ impl Cluster {
                 addr: addr.to_string(),
                 source,
             })?;
-        let (leading, _) = watch::channel(false);
+        let (lease_duty, _) = watch::channel(false);
         let (proposals, queued) = mpsc::unbounded_channel();
         let node = Arc::new(Node {
             me,
@@ -315,8 +316,8 @@ impl Cluster {
             host,
             log: log_stats,
             store: store.clone(),
-            leading,
-            in_office: std::sync::atomic::AtomicBool::new(false),
+            lease_duty,
+            stamping: std::sync::atomic::AtomicBool::new(false),
             last_append: parking_lot::Mutex::new(None),
             identities,
             figures: RaftFigures::default(),
@@ -373,9 +374,9 @@ impl Cluster {
             move |_| {
                 let node = stop.clone();
                 async move {
-                    node.in_office
+                    node.stamping
                         .store(false, std::sync::atomic::Ordering::Release);
-                    node.leading.send_replace(false);
+                    node.lease_duty.send_replace(false);
                     info!(node = node.me.node, "no longer the leader");
                 }
             },
@@ -406,8 +407,8 @@ impl Cluster {
     }
 
     /// True while this node leads and has re-armed the leases.
-    pub fn leadership(&self) -> watch::Receiver<bool> {
-        self.node.leading.subscribe()
+    pub fn lease_duty(&self) -> watch::Receiver<bool> {
+        self.node.lease_duty.subscribe()
     }
 
     /// Waits until the leader this node knows is no longer `known`, and returns the new one
@@ -447,7 +448,7 @@ impl Cluster {
     }
 
     pub async fn shutdown(&self) {
-        self.node.leading.send_replace(false);
+        self.node.lease_duty.send_replace(false);
         if let Err(e) = self.node.raft.shutdown().await {
             warn!("raft shutdown: {e}");
         }

@@ -44,7 +44,7 @@ pub(super) async fn take_office(node: Arc<Node>) {
     // (it started before the last leader did), and stamping with it would end every lease at
     // once. Nothing was stamped with it as leader yet, so it continues from the log's time.
     node.clock.continue_from(node.host.time());
-    node.in_office
+    node.stamping
         .store(true, std::sync::atomic::Ordering::Release);
     let extra_ms = node.settings.election_timeout_ms * 2;
     match node.propose(vec![Op::Rearm { extra_ms }]).await {
@@ -56,7 +56,7 @@ pub(super) async fn take_office(node: Arc<Node>) {
         Err(_) => return,
     }
     if node.raft.is_leader() {
-        node.leading.send_replace(true);
+        node.lease_duty.send_replace(true);
     }
 }
 

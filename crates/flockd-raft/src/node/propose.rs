@@ -169,7 +169,7 @@ impl Node {
     /// Proposes on this node as the leader: stamped with the leader's clock, once it is in
     /// office (until then the proposer tries again shortly).
     pub(super) async fn write_here(&self, mut proposal: RaftProposal) -> Forwarded {
-        if !self.in_office.load(std::sync::atomic::Ordering::Acquire) {
+        if !self.stamping.load(std::sync::atomic::Ordering::Acquire) {
             return Forwarded::NotLeader {
                 leader: Some(self.me.node),
             };
