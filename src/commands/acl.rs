@@ -16,7 +16,7 @@ use crate::services::acl::unix_ms;
 use flockd_proto::printable;
 
 #[derive(Debug)]
-pub enum AclCmd {
+pub enum Acl {
     SetUser(String, Vec<String>),
     GetUser(String),
     DelUser(Vec<String>),
@@ -39,7 +39,7 @@ const fn sub(name: &'static str, arity: i32, summary: &'static str) -> SubMeta {
     }
 }
 
-impl CommandDef for AclCmd {
+impl CommandDef for Acl {
     const META: Meta = Meta {
         syntax: "ACL CAT [category] | DELUSER username [username ...] | GETUSER username | LIST | \
                  LOAD | LOG [count | RESET] | SAVE | SETUSER username [rule [rule ...]] | USERS | \
@@ -113,25 +113,25 @@ impl CommandDef for AclCmd {
         let text = |b: Bytes| String::from_utf8_lossy(&b).into_owned();
         let arity = |name: &str| CommandError::WrongArity(format!("acl|{name}").into());
         let rest: Vec<String> = std::iter::from_fn(|| args.next_opt()).map(text).collect();
-        let none = |cmd: AclCmd| if n == 0 { Ok(cmd) } else { Err(arity(&sub)) };
+        let none = |cmd: Acl| if n == 0 { Ok(cmd) } else { Err(arity(&sub)) };
         match sub.as_str() {
-            "setuser" if n >= 1 => Ok(AclCmd::SetUser(rest[0].clone(), rest[1..].to_vec())),
-            "getuser" if n == 1 => Ok(AclCmd::GetUser(rest[0].clone())),
-            "deluser" if n >= 1 => Ok(AclCmd::DelUser(rest)),
-            "cat" if n <= 1 => Ok(AclCmd::Cat(rest.first().map(|c| c.to_ascii_lowercase()))),
-            "log" if n == 0 => Ok(AclCmd::Log(Some(10))),
-            "log" if n == 1 && rest[0].eq_ignore_ascii_case("reset") => Ok(AclCmd::LogReset),
+            "setuser" if n >= 1 => Ok(Acl::SetUser(rest[0].clone(), rest[1..].to_vec())),
+            "getuser" if n == 1 => Ok(Acl::GetUser(rest[0].clone())),
+            "deluser" if n >= 1 => Ok(Acl::DelUser(rest)),
+            "cat" if n <= 1 => Ok(Acl::Cat(rest.first().map(|c| c.to_ascii_lowercase()))),
+            "log" if n == 0 => Ok(Acl::Log(Some(10))),
+            "log" if n == 1 && rest[0].eq_ignore_ascii_case("reset") => Ok(Acl::LogReset),
             "log" if n == 1 => match rest[0].parse::<i64>() {
-                Ok(c) if c >= 0 => Ok(AclCmd::Log(Some(c as usize))),
+                Ok(c) if c >= 0 => Ok(Acl::Log(Some(c as usize))),
                 _ => Err(CommandError::NotInteger),
             },
             "setuser" | "getuser" | "deluser" | "cat" | "log" => Err(arity(&sub)),
-            "users" => none(AclCmd::Users),
-            "list" => none(AclCmd::List),
-            "whoami" => none(AclCmd::WhoAmI),
-            "load" => none(AclCmd::Load),
-            "save" => none(AclCmd::Save),
-            "help" => none(AclCmd::Help),
+            "users" => none(Acl::Users),
+            "list" => none(Acl::List),
+            "whoami" => none(Acl::WhoAmI),
+            "load" => none(Acl::Load),
+            "save" => none(Acl::Save),
+            "help" => none(Acl::Help),
             _ => Err(CommandError::UnknownSubcommand {
                 command: "ACL",
                 sub: printable(&raw, 128),
@@ -167,17 +167,17 @@ const HELP: &[&str] = &[
     "    Print this help.",
 ];
 
-impl LocalCommand for AclCmd {
+impl LocalCommand for Acl {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         let state = ctx.server.acl();
         let table = ctx.server.command_table();
         match self {
-            AclCmd::SetUser(name, rules) => {
+            Acl::SetUser(name, rules) => {
                 let known = |name: &str| permissions::known(table, name);
                 state.change(|a| a.set_user(&name, &rules, &known))?;
                 reply(Reply::ok())
             }
-            AclCmd::GetUser(name) => {
+            Acl::GetUser(name) => {
                 let Some(user) = state.user(&name) else {
                     return reply(Reply::Null);
                 };
@@ -202,14 +202,14 @@ impl LocalCommand for AclCmd {
                     field("selectors", Reply::Array(Vec::new())),
                 ]))
             }
-            AclCmd::DelUser(names) => {
+            Acl::DelUser(names) => {
                 let deleted = state.change(|a| a.delete(&names))?;
                 reply(Reply::Integer(deleted as i64))
             }
-            AclCmd::Users => reply(Reply::Array(
+            Acl::Users => reply(Reply::Array(
                 state.read().names().into_iter().map(Reply::bulk).collect(),
             )),
-            AclCmd::List => reply(Reply::Array(
+            Acl::List => reply(Reply::Array(
                 state
                     .read()
                     .describe()
@@ -217,11 +217,11 @@ impl LocalCommand for AclCmd {
                     .map(Reply::bulk)
                     .collect(),
             )),
-            AclCmd::WhoAmI => reply(Reply::bulk(ctx.conn.user.name.clone())),
-            AclCmd::Cat(None) => reply(Reply::Array(
+            Acl::WhoAmI => reply(Reply::bulk(ctx.conn.user.name.clone())),
+            Acl::Cat(None) => reply(Reply::Array(
                 CATEGORIES.iter().map(|c| Reply::bulk(*c)).collect(),
             )),
-            AclCmd::Cat(Some(category)) => {
+            Acl::Cat(Some(category)) => {
                 if !CATEGORIES.contains(&category.as_str()) {
                     return Err(CommandError::UnknownCategory(category));
                 }
@@ -232,7 +232,7 @@ impl LocalCommand for AclCmd {
                         .collect(),
                 ))
             }
-            AclCmd::Log(count) => {
+            Acl::Log(count) => {
                 let now_ms = unix_ms();
                 let entries = state.denials.lock().newest(count);
                 let field = |name: &'static str, value: Reply| (Reply::bulk(name), value);
@@ -264,11 +264,11 @@ impl LocalCommand for AclCmd {
                         .collect(),
                 ))
             }
-            AclCmd::LogReset => {
+            Acl::LogReset => {
                 state.denials.lock().reset();
                 reply(Reply::ok())
             }
-            AclCmd::Load => {
+            Acl::Load => {
                 let config = ctx.server.config().load();
                 let path = config.aclfile.clone().ok_or(CommandError::NoAclFile)?;
                 let users = tokio::task::block_in_place(|| {
@@ -279,7 +279,7 @@ impl LocalCommand for AclCmd {
                 tracing::info!(file = %path.display(), "ACL LOAD");
                 reply(Reply::ok())
             }
-            AclCmd::Save => {
+            Acl::Save => {
                 let path = ctx
                     .server
                     .config()
@@ -300,7 +300,7 @@ impl LocalCommand for AclCmd {
                 tracing::info!(file = %path.display(), "ACL SAVE");
                 reply(Reply::ok())
             }
-            AclCmd::Help => reply(Reply::Array(
+            Acl::Help => reply(Reply::Array(
                 HELP.iter().map(|l| Reply::Simple((*l).into())).collect(),
             )),
         }

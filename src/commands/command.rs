@@ -14,7 +14,7 @@ use super::kinds::{CommandDef, LocalCommand};
 use super::meta::{CommandFlags, Meta, SubMeta, find};
 
 #[derive(Debug)]
-pub enum CommandCmd {
+pub enum Introspection {
     All,
     Count,
     Info(Vec<Bytes>),
@@ -28,7 +28,7 @@ pub enum CommandCmd {
     Help,
 }
 
-impl CommandDef for CommandCmd {
+impl CommandDef for Introspection {
     const META: Meta = Meta {
         syntax: "COMMAND [COUNT | INFO [command-name ...] | DOCS [command-name ...] | \
             LIST [FILTERBY <MODULE module-name | ACLCAT category | PATTERN pattern>] | \
@@ -85,18 +85,18 @@ impl CommandDef for CommandCmd {
 
     fn parse(args: &mut Args) -> Result<Self, CommandError> {
         let Some(sub) = args.next_keyword() else {
-            return Ok(CommandCmd::All);
+            return Ok(Introspection::All);
         };
         let rest = |args: &mut Args| std::iter::from_fn(|| args.next_opt()).collect::<Vec<_>>();
         Ok(match sub.as_str() {
-            "COUNT" if args.remaining() == 0 => CommandCmd::Count,
+            "COUNT" if args.remaining() == 0 => Introspection::Count,
             "COUNT" => return Err(CommandError::WrongArity("command|count".into())),
-            "INFO" => CommandCmd::Info(rest(args)),
-            "DOCS" => CommandCmd::Docs(rest(args)),
+            "INFO" => Introspection::Info(rest(args)),
+            "DOCS" => Introspection::Docs(rest(args)),
             "LIST" => {
                 // FILTERBY MODULE/ACLCAT/PATTERN are accepted and list everything.
                 rest(args);
-                CommandCmd::List
+                Introspection::List
             }
             "GETKEYS" | "GETKEYSANDFLAGS" => {
                 let flags = sub == "GETKEYSANDFLAGS";
@@ -110,12 +110,12 @@ impl CommandDef for CommandCmd {
                         .into(),
                     ));
                 }
-                CommandCmd::GetKeys {
+                Introspection::GetKeys {
                     flags,
                     argv: rest(args),
                 }
             }
-            "HELP" => CommandCmd::Help,
+            "HELP" => Introspection::Help,
             other => {
                 return Err(CommandError::UnknownSubcommand {
                     command: "COMMAND",
@@ -126,18 +126,18 @@ impl CommandDef for CommandCmd {
     }
 }
 
-impl LocalCommand for CommandCmd {
+impl LocalCommand for Introspection {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         let table = ctx.server.command_table();
         let lookup = |name: &[u8]| find(table, name);
         reply(match self {
-            CommandCmd::All => Reply::Array(table.iter().map(info).collect()),
-            CommandCmd::Count => Reply::Integer(table.len() as i64),
-            CommandCmd::Info(names) if names.is_empty() => Reply::Array(table.iter().map(info).collect()),
-            CommandCmd::Info(names) => Reply::Array(
+            Introspection::All => Reply::Array(table.iter().map(info).collect()),
+            Introspection::Count => Reply::Integer(table.len() as i64),
+            Introspection::Info(names) if names.is_empty() => Reply::Array(table.iter().map(info).collect()),
+            Introspection::Info(names) => Reply::Array(
                 names.iter().map(|n| lookup(n).map(|i| info(&table[i])).unwrap_or(Reply::NullArray)).collect(),
             ),
-            CommandCmd::Docs(names) => {
+            Introspection::Docs(names) => {
                 let metas: Vec<&Meta> = if names.is_empty() {
                     table.iter().collect()
                 } else {
@@ -145,9 +145,9 @@ impl LocalCommand for CommandCmd {
                 };
                 Reply::Map(metas.into_iter().map(|m| (Reply::bulk(m.name), docs(m))).collect())
             }
-            CommandCmd::List => Reply::Array(table.iter().map(|m| Reply::bulk(m.name)).collect()),
-            CommandCmd::GetKeys { flags, argv } => get_keys(table, &argv, flags),
-            CommandCmd::Help => Reply::Array(
+            Introspection::List => Reply::Array(table.iter().map(|m| Reply::bulk(m.name)).collect()),
+            Introspection::GetKeys { flags, argv } => get_keys(table, &argv, flags),
+            Introspection::Help => Reply::Array(
                 [
                     "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
                     "(no subcommand) -- Return details about all commands.",

@@ -31,7 +31,7 @@ fn text_pair(key: &[u8], value: &[u8]) -> Result<(String, String), CommandError>
 }
 
 #[derive(Debug)]
-pub enum ConfigCmd {
+pub enum RuntimeConfig {
     Get(Vec<Bytes>),
     Set(Vec<(String, String)>),
     Rewrite,
@@ -39,7 +39,7 @@ pub enum ConfigCmd {
     Help,
 }
 
-impl CommandDef for ConfigCmd {
+impl CommandDef for RuntimeConfig {
     const META: Meta = Meta {
         syntax: "CONFIG GET parameter [parameter ...] | SET parameter value [parameter value ...] | \
                  RESETSTAT | REWRITE | HELP",
@@ -86,7 +86,7 @@ impl CommandDef for ConfigCmd {
         let sub = args.next_keyword().unwrap_or_default();
         match sub.as_str() {
             "GET" if args.remaining() == 0 => Err(CommandError::WrongArity("config|get".into())),
-            "GET" => Ok(ConfigCmd::Get(
+            "GET" => Ok(RuntimeConfig::Get(
                 std::iter::from_fn(|| args.next_opt()).collect(),
             )),
             "SET" if args.remaining() < 2 => Err(CommandError::WrongArity("config|set".into())),
@@ -97,11 +97,11 @@ impl CommandDef for ConfigCmd {
                 while let (Some(key), Some(value)) = (args.next_opt(), args.next_opt()) {
                     pairs.push(text_pair(&key, &value)?);
                 }
-                Ok(ConfigCmd::Set(pairs))
+                Ok(RuntimeConfig::Set(pairs))
             }
-            "RESETSTAT" if args.remaining() == 0 => Ok(ConfigCmd::ResetStat),
-            "REWRITE" if args.remaining() == 0 => Ok(ConfigCmd::Rewrite),
-            "HELP" if args.remaining() == 0 => Ok(ConfigCmd::Help),
+            "RESETSTAT" if args.remaining() == 0 => Ok(RuntimeConfig::ResetStat),
+            "REWRITE" if args.remaining() == 0 => Ok(RuntimeConfig::Rewrite),
+            "HELP" if args.remaining() == 0 => Ok(RuntimeConfig::Help),
             "RESETSTAT" | "REWRITE" | "HELP" => Err(CommandError::WrongArity(
                 format!("config|{}", sub.to_ascii_lowercase()).into(),
             )),
@@ -113,10 +113,10 @@ impl CommandDef for ConfigCmd {
     }
 }
 
-impl LocalCommand for ConfigCmd {
+impl LocalCommand for RuntimeConfig {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         match self {
-            ConfigCmd::Get(patterns) => {
+            RuntimeConfig::Get(patterns) => {
                 let mut entries = ctx.server.config().load().entries();
                 // `--port 0` picks a free port: report the one actually listened on.
                 for (key, value) in entries.iter_mut() {
@@ -144,12 +144,12 @@ impl LocalCommand for ConfigCmd {
                     .collect();
                 reply(Reply::Map(pairs))
             }
-            ConfigCmd::Set(changes) => {
+            RuntimeConfig::Set(changes) => {
                 // Blocking at most for one fsync (a switch to `always` syncs what came before).
                 tokio::task::block_in_place(|| ctx.server.reconfigure(&changes))?;
                 reply(Reply::ok())
             }
-            ConfigCmd::Rewrite => {
+            RuntimeConfig::Rewrite => {
                 let config = std::sync::Arc::clone(&ctx.server.config().load());
                 tokio::task::block_in_place(|| rewrite::rewrite(&config))?;
                 tracing::info!("CONFIG REWRITE executed with success");
@@ -157,11 +157,11 @@ impl LocalCommand for ConfigCmd {
             }
             // What Redis resets: INFO stats, commandstats, latency histograms and the lock
             // table's event counters; not the slow log or the latency monitor.
-            ConfigCmd::ResetStat => {
+            RuntimeConfig::ResetStat => {
                 ctx.server.reset_stats();
                 reply(Reply::ok())
             }
-            ConfigCmd::Help => reply(Reply::Array(vec![
+            RuntimeConfig::Help => reply(Reply::Array(vec![
                 Reply::Simple(
                     "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:".into(),
                 ),

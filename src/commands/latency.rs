@@ -41,7 +41,7 @@ const REDIS_ONLY_EVENTS: &[&str] = &[
 ];
 
 #[derive(Debug)]
-pub enum LatencyCmd {
+pub enum Latency {
     Latest,
     History(&'static str),
     Reset(Vec<Bytes>),
@@ -68,7 +68,7 @@ const HELP: &[&str] = &[
     "    Prints this help.",
 ];
 
-impl CommandDef for LatencyCmd {
+impl CommandDef for Latency {
     const META: Meta = Meta {
         syntax: "LATENCY LATEST | HISTORY event | RESET [event ...] | HISTOGRAM [command ...] | DOCTOR | HELP",
         group: "server",
@@ -119,7 +119,7 @@ impl CommandDef for LatencyCmd {
     fn parse(args: &mut Args) -> Result<Self, CommandError> {
         let raw = args.next_bytes()?;
         let n = args.remaining();
-        let none = |name: &'static str, cmd: LatencyCmd| {
+        let none = |name: &'static str, cmd: Latency| {
             if n == 0 {
                 Ok(cmd)
             } else {
@@ -128,9 +128,9 @@ impl CommandDef for LatencyCmd {
         };
         let rest = |args: &mut Args| std::iter::from_fn(|| args.next_opt()).collect();
         match raw.to_ascii_uppercase().as_slice() {
-            b"LATEST" => none("latency|latest", LatencyCmd::Latest),
-            b"DOCTOR" => none("latency|doctor", LatencyCmd::Doctor),
-            b"HELP" => none("latency|help", LatencyCmd::Help),
+            b"LATEST" => none("latency|latest", Latency::Latest),
+            b"DOCTOR" => none("latency|doctor", Latency::Doctor),
+            b"HELP" => none("latency|help", Latency::Help),
             b"HISTORY" if n != 1 => Err(CommandError::WrongArity("latency|history".into())),
             b"HISTORY" => {
                 let event = args.next_bytes()?;
@@ -138,11 +138,11 @@ impl CommandDef for LatencyCmd {
                     .iter()
                     .chain(REDIS_ONLY_EVENTS)
                     .find(|e| e.as_bytes() == &event[..])
-                    .map(|e| LatencyCmd::History(e))
+                    .map(|e| Latency::History(e))
                     .ok_or_else(|| CommandError::UnknownLatencyEvent(printable(&event, 128)))
             }
-            b"RESET" => Ok(LatencyCmd::Reset(rest(args))),
-            b"HISTOGRAM" => Ok(LatencyCmd::Histogram(rest(args))),
+            b"RESET" => Ok(Latency::Reset(rest(args))),
+            b"HISTOGRAM" => Ok(Latency::Histogram(rest(args))),
             _ => Err(CommandError::UnknownSubcommand {
                 command: "LATENCY",
                 sub: printable(&raw, 128),
@@ -151,12 +151,12 @@ impl CommandDef for LatencyCmd {
     }
 }
 
-impl LocalCommand for LatencyCmd {
+impl LocalCommand for Latency {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         let stats = ctx.server.stats();
         let table = ctx.server.command_table();
         match self {
-            LatencyCmd::Latest => reply(Reply::Array(
+            Latency::Latest => reply(Reply::Array(
                 stats
                     .latency
                     .events()
@@ -172,7 +172,7 @@ impl LocalCommand for LatencyCmd {
                     })
                     .collect(),
             )),
-            LatencyCmd::History(event) => {
+            Latency::History(event) => {
                 let samples = stats
                     .latency
                     .events()
@@ -192,8 +192,8 @@ impl LocalCommand for LatencyCmd {
                         .collect(),
                 ))
             }
-            LatencyCmd::Reset(events) => reply(Reply::Integer(stats.latency.reset(&events) as i64)),
-            LatencyCmd::Histogram(names) => {
+            Latency::Reset(events) => reply(Reply::Integer(stats.latency.reset(&events) as i64)),
+            Latency::Histogram(names) => {
                 // Every command that has calls, or the named ones that do (unknown names are
                 // skipped, as Redis skips them), each once, in table order.
                 let wanted: Option<Vec<usize>> = (!names.is_empty())
@@ -223,11 +223,11 @@ impl LocalCommand for LatencyCmd {
                 }
                 reply(Reply::Map(map))
             }
-            LatencyCmd::Doctor => reply(Reply::Verbatim(Bytes::from(doctor(
+            Latency::Doctor => reply(Reply::Verbatim(Bytes::from(doctor(
                 ctx.server.config().load().latency_monitor_threshold,
                 &stats.latency.events(),
             )))),
-            LatencyCmd::Help => reply(Reply::Array(
+            Latency::Help => reply(Reply::Array(
                 HELP.iter().map(|l| Reply::Simple((*l).into())).collect(),
             )),
         }

@@ -11,14 +11,14 @@ use super::kinds::{CommandDef, LocalCommand};
 use super::meta::{CommandFlags, Meta, SubMeta};
 
 #[derive(Debug)]
-pub enum PubsubCmd {
+pub enum Pubsub {
     Channels(Option<Bytes>),
     NumSub(Vec<Bytes>),
     NumPat,
     Help,
 }
 
-impl CommandDef for PubsubCmd {
+impl CommandDef for Pubsub {
     const META: Meta = Meta {
         syntax: "PUBSUB CHANNELS [pattern] | NUMSUB [channel [channel ...]] | NUMPAT | HELP",
         group: "pubsub",
@@ -55,12 +55,12 @@ impl CommandDef for PubsubCmd {
     fn parse(args: &mut Args) -> Result<Self, CommandError> {
         let sub = args.next_keyword().unwrap_or_default();
         match sub.as_str() {
-            "CHANNELS" if args.remaining() <= 1 => Ok(PubsubCmd::Channels(args.next_opt())),
-            "NUMSUB" => Ok(PubsubCmd::NumSub(
+            "CHANNELS" if args.remaining() <= 1 => Ok(Pubsub::Channels(args.next_opt())),
+            "NUMSUB" => Ok(Pubsub::NumSub(
                 std::iter::from_fn(|| args.next_opt()).collect(),
             )),
-            "NUMPAT" if args.remaining() == 0 => Ok(PubsubCmd::NumPat),
-            "HELP" if args.remaining() == 0 => Ok(PubsubCmd::Help),
+            "NUMPAT" if args.remaining() == 0 => Ok(Pubsub::NumPat),
+            "HELP" if args.remaining() == 0 => Ok(Pubsub::Help),
             "CHANNELS" | "NUMPAT" | "HELP" => Err(CommandError::WrongArity(
                 format!("pubsub|{}", sub.to_ascii_lowercase()).into(),
             )),
@@ -72,18 +72,18 @@ impl CommandDef for PubsubCmd {
     }
 }
 
-impl LocalCommand for PubsubCmd {
+impl LocalCommand for Pubsub {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         let pubsub = &ctx.server.host().pubsub;
         match self {
-            PubsubCmd::Channels(pattern) => reply(Reply::Array(
+            Pubsub::Channels(pattern) => reply(Reply::Array(
                 pubsub
                     .channels(pattern.as_deref())
                     .into_iter()
                     .map(Reply::Bulk)
                     .collect(),
             )),
-            PubsubCmd::NumSub(channels) => reply(Reply::Array(
+            Pubsub::NumSub(channels) => reply(Reply::Array(
                 channels
                     .into_iter()
                     .flat_map(|c| {
@@ -92,8 +92,8 @@ impl LocalCommand for PubsubCmd {
                     })
                     .collect(),
             )),
-            PubsubCmd::NumPat => reply(Reply::Integer(pubsub.numpat() as i64)),
-            PubsubCmd::Help => reply(Reply::Array(
+            Pubsub::NumPat => reply(Reply::Integer(pubsub.numpat() as i64)),
+            Pubsub::Help => reply(Reply::Array(
                 [
                     "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
                     "CHANNELS [<pattern>]",

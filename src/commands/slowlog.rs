@@ -14,7 +14,7 @@ use super::meta::{CommandFlags, Meta, SubMeta};
 use flockd_proto::printable;
 
 #[derive(Debug)]
-pub enum SlowlogCmd {
+pub enum Slowlog {
     /// `None`: every entry (`-1`).
     Get(Option<usize>),
     Len,
@@ -37,7 +37,7 @@ const HELP: &[&str] = &[
     "    Prints this help.",
 ];
 
-impl CommandDef for SlowlogCmd {
+impl CommandDef for Slowlog {
     const META: Meta = Meta {
         syntax: "SLOWLOG GET [count] | LEN | RESET | HELP",
         group: "server",
@@ -78,7 +78,7 @@ impl CommandDef for SlowlogCmd {
     fn parse(args: &mut Args) -> Result<Self, CommandError> {
         let raw = args.next_bytes()?;
         let n = args.remaining();
-        let none = |name: &'static str, cmd: SlowlogCmd| {
+        let none = |name: &'static str, cmd: Slowlog| {
             if n == 0 {
                 Ok(cmd)
             } else {
@@ -87,16 +87,16 @@ impl CommandDef for SlowlogCmd {
         };
         match raw.to_ascii_uppercase().as_slice() {
             b"GET" => match n {
-                0 => Ok(SlowlogCmd::Get(Some(10))),
-                1 => parse_count(&args.next_bytes()?).map(SlowlogCmd::Get),
+                0 => Ok(Slowlog::Get(Some(10))),
+                1 => parse_count(&args.next_bytes()?).map(Slowlog::Get),
                 _ => Err(CommandError::SubcommandSyntax {
                     command: "SLOWLOG",
                     sub: printable(&raw, 128),
                 }),
             },
-            b"LEN" => none("slowlog|len", SlowlogCmd::Len),
-            b"RESET" => none("slowlog|reset", SlowlogCmd::Reset),
-            b"HELP" => none("slowlog|help", SlowlogCmd::Help),
+            b"LEN" => none("slowlog|len", Slowlog::Len),
+            b"RESET" => none("slowlog|reset", Slowlog::Reset),
+            b"HELP" => none("slowlog|help", Slowlog::Help),
             _ => Err(CommandError::UnknownSubcommand {
                 command: "SLOWLOG",
                 sub: printable(&raw, 128),
@@ -114,12 +114,12 @@ fn parse_count(raw: &Bytes) -> Result<Option<usize>, CommandError> {
     }
 }
 
-impl LocalCommand for SlowlogCmd {
+impl LocalCommand for Slowlog {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         let slowlog = &ctx.server.stats().slowlog;
         let max_len = ctx.server.config().load().slowlog_max_len;
         match self {
-            SlowlogCmd::Get(count) => {
+            Slowlog::Get(count) => {
                 let entries = slowlog.get(count, max_len);
                 reply(Reply::Array(
                     entries
@@ -137,12 +137,12 @@ impl LocalCommand for SlowlogCmd {
                         .collect(),
                 ))
             }
-            SlowlogCmd::Len => reply(Reply::Integer(slowlog.len(max_len) as i64)),
-            SlowlogCmd::Reset => {
+            Slowlog::Len => reply(Reply::Integer(slowlog.len(max_len) as i64)),
+            Slowlog::Reset => {
                 slowlog.reset();
                 reply(Reply::ok())
             }
-            SlowlogCmd::Help => reply(Reply::Array(
+            Slowlog::Help => reply(Reply::Array(
                 HELP.iter().map(|l| Reply::Simple((*l).into())).collect(),
             )),
         }
