@@ -42,7 +42,7 @@ fn open_creates_the_file_with_a_header() {
         "stale rewrite file removed"
     );
     assert_eq!(aof.stats().file_size, 8);
-    assert_eq!(aof.appended_seq(), 0);
+    assert_eq!(aof.appended_position(), 0);
     aof.check_writable().expect("writable");
     drop(aof);
 
@@ -66,7 +66,7 @@ fn open_creates_the_file_with_a_header() {
         .block_on(aof.propose(Millis(6), vec![fence("k", 6)]))
         .expect("answered");
     assert_eq!(r, Ok(vec![OpResult::FenceSet(true)]));
-    assert_eq!(aof.appended_seq(), 2);
+    assert_eq!(aof.appended_position(), 2);
     aof.shutdown();
     let positions: Vec<u64> = file_entries(&path).iter().map(|e| e.position).collect();
     assert_eq!(positions, vec![1, 2]);
@@ -168,9 +168,11 @@ fn group_commit_from_many_threads() {
         .into_iter()
         .flat_map(|h| h.join().expect("proposer"))
         .collect();
-    let seq = aof.appended_seq();
-    assert_eq!(seq, THREADS * PER);
-    runtime().block_on(aof.wait_durable(seq)).expect("durable");
+    let position = aof.appended_position();
+    assert_eq!(position, THREADS * PER);
+    runtime()
+        .block_on(aof.wait_durable(position))
+        .expect("durable");
     for rx in receivers {
         assert_eq!(
             rx.blocking_recv().expect("answered"),
@@ -180,7 +182,7 @@ fn group_commit_from_many_threads() {
     }
     let st = aof.stats();
     assert_eq!(st.records_written, THREADS * PER);
-    assert_eq!(st.durable_seq, seq);
+    assert_eq!(st.durable_position, position);
     assert!(st.fsyncs < st.records_written, "{st:?}");
     assert!(st.acks_per_fsync > 1.0, "{st:?}");
     assert_eq!(st.fsyncs, st.batches, "always: one fsync per batch");
@@ -228,7 +230,9 @@ fn concurrent_waiters_share_fsyncs() {
                         .await
                         .expect("answered");
                     assert_eq!(r, Ok(vec![OpResult::FenceSet(true)]));
-                    aof.wait_durable(aof.appended_seq()).await.expect("durable");
+                    aof.wait_durable(aof.appended_position())
+                        .await
+                        .expect("durable");
                 }
             }));
         }
@@ -331,7 +335,7 @@ fn shutdown_flushes_and_refuses_later_work() {
         rx.blocking_recv().expect("answered"),
         Err(ProposeError::Stopped)
     );
-    assert_eq!(aof.appended_seq(), 100, "dropped after shutdown");
+    assert_eq!(aof.appended_position(), 100, "dropped after shutdown");
     assert_eq!(host.machine.lock().fence_token(b"s"), 99, "not applied");
     let rt = runtime();
     rt.block_on(aof.wait_durable(100))
@@ -372,7 +376,7 @@ fn drive(
         .map(|t| {
             let (sim, aof, until) = (sim.clone(), aof.clone(), until.clone());
             thread::spawn(move || {
-                let mut rng = Rng(0x1234_5678 + t * 7919 + aof.appended_seq());
+                let mut rng = Rng(0x1234_5678 + t * 7919 + aof.appended_position());
                 let deadline = Instant::now() + Duration::from_secs(30);
                 let mut n = 0u64;
                 while !until(&aof) {
@@ -390,7 +394,7 @@ fn drive(
         h.join().expect("driver");
     }
     runtime()
-        .block_on(aof.wait_durable(aof.appended_seq()))
+        .block_on(aof.wait_durable(aof.appended_position()))
         .expect("durable");
 }
 
@@ -437,23 +441,23 @@ fn rewrite_overlapping_proposals_keeps_every_change() {
         drop(sim.step(&mut rng, &aof));
     }
     runtime()
-        .block_on(aof.wait_durable(aof.appended_seq()))
+        .block_on(aof.wait_durable(aof.appended_position()))
         .expect("durable");
     let before = aof.stats().file_size;
 
-    let at_start = aof.appended_seq();
+    let at_start = aof.appended_position();
     aof.rewrite().expect("rewrite starts");
     assert!(matches!(aof.rewrite(), Err(AofError::RewriteInProgress)));
     assert!(aof.stats().rewrite_in_progress);
     // Proposals go on (and are not blocked) while the slow snapshot is taken and written.
     drive(&sim, &aof, 4, |aof| aof.stats().rewrites >= 1);
     assert!(
-        aof.appended_seq() > at_start + 10,
+        aof.appended_position() > at_start + 10,
         "proposals were made during the rewrite"
     );
     drive(&sim, &aof, 2, {
-        let start = aof.appended_seq();
-        move |aof| aof.appended_seq() > start + 200
+        let start = aof.appended_position();
+        move |aof| aof.appended_position() > start + 200
     });
     let st = aof.stats();
     assert!(
@@ -520,17 +524,17 @@ fn replay_of_a_rewritten_file_skips_the_entries_its_snapshot_reflects() {
             }
         })
     };
-    wait_until("proposals", || aof.appended_seq() > 400);
+    wait_until("proposals", || aof.appended_position() > 400);
     aof.rewrite().expect("rewrite starts");
     wait_until("the rewrite", || aof.stats().rewrites >= 1);
-    let after = aof.appended_seq();
+    let after = aof.appended_position();
     wait_until("proposals after the rewrite", || {
-        aof.appended_seq() > after + 50
+        aof.appended_position() > after + 50
     });
     stop.store(true, Ordering::Relaxed);
     proposer.join().expect("proposer");
     runtime()
-        .block_on(aof.wait_durable(aof.appended_seq()))
+        .block_on(aof.wait_durable(aof.appended_position()))
         .expect("durable");
     aof.shutdown();
 
@@ -593,7 +597,7 @@ fn automatic_rewrite_when_the_file_grows() {
         drop(sim.step(&mut rng, &aof));
     }
     runtime()
-        .block_on(aof.wait_durable(aof.appended_seq()))
+        .block_on(aof.wait_durable(aof.appended_position()))
         .expect("durable");
     assert!(aof.stats().file_size > 2048);
     assert_eq!(aof.stats().rewrites, 0);
@@ -675,7 +679,7 @@ fn an_entry_applied_at_start_is_logged_in_front_of_the_next_batch() {
     let host = Host::with(load_machine(&path), Duration::ZERO);
     let (aof, position) = start(&host);
     assert_eq!(position, 2);
-    assert_eq!(aof.appended_seq(), 2);
+    assert_eq!(aof.appended_position(), 2);
     rt.block_on(aof.wait_durable(2)).expect("counts as durable");
     assert_eq!(
         host.machine.lock().status(b"held", Millis(5_500)).ttl_ms,

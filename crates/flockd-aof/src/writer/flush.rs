@@ -64,12 +64,12 @@ impl Writer {
     /// One round of the writer thread: completes a finished rewrite, writes what is queued,
     /// starts a requested rewrite, runs the timers. True once stopped.
     pub(super) fn round(&mut self) -> bool {
-        let (last_seq, stop, requested, done) = {
+        let (last_position, stop, requested, done) = {
             let mut q = self.sh.queue.lock();
             self.spare.clear();
             std::mem::swap(&mut q.proposals, &mut self.spare);
             (
-                q.last_seq,
+                q.last_position,
                 q.stop,
                 std::mem::take(&mut q.rewrite_requested),
                 q.rewrite_done.take(),
@@ -81,7 +81,7 @@ impl Writer {
             self.complete_rewrite(done, run);
         }
         let mut batch = std::mem::take(&mut self.spare);
-        self.write_batch(&mut batch, last_seq);
+        self.write_batch(&mut batch, last_position);
         self.spare = batch;
         if requested {
             self.start_rewrite();
@@ -97,17 +97,17 @@ impl Writer {
     /// Writes what is queued, if anything (and unless stopping: the thread's last round does).
     /// True if it wrote a batch.
     pub(super) fn write_queued(&mut self) -> bool {
-        let last_seq = {
+        let last_position = {
             let mut q = self.sh.queue.lock();
             if q.stop || q.proposals.is_empty() {
                 return false;
             }
             self.spare.clear();
             std::mem::swap(&mut q.proposals, &mut self.spare);
-            q.last_seq
+            q.last_position
         };
         let mut batch = std::mem::take(&mut self.spare);
-        self.write_batch(&mut batch, last_seq);
+        self.write_batch(&mut batch, last_position);
         self.spare = batch;
         true
     }
@@ -124,16 +124,16 @@ impl Writer {
 
     /// Writes the batch, syncs it under `always`, applies it and answers its proposers; or,
     /// failing that, answers them with the error and applies nothing. Empties `batch`.
-    pub(super) fn write_batch(&mut self, batch: &mut Vec<QueuedProposal>, last_seq: u64) {
+    pub(super) fn write_batch(&mut self, batch: &mut Vec<QueuedProposal>, last_position: u64) {
         let first = self.last_taken + 1;
-        self.last_taken = last_seq;
+        self.last_taken = last_position;
         if batch.is_empty() {
             return;
         }
         if self.failed {
             let error = self.sh.failed.lock().clone().unwrap_or_default();
             refuse(batch, &ProposeError::WriteFailed(error.into()));
-            self.publish_failed(first, last_seq);
+            self.publish_failed(first, last_position);
             return;
         }
         let good_len = self.file_len;
@@ -150,7 +150,7 @@ impl Writer {
             replies.push(reply);
         }
         if let Err(e) = self.write_buf() {
-            self.fail_batch(format!("write error: {e}"), (first, last_seq), replies);
+            self.fail_batch(format!("write error: {e}"), (first, last_position), replies);
             return;
         }
         let n = self.entries.len() as u64 + u64::from(!self.unlogged.is_empty());
@@ -168,13 +168,13 @@ impl Writer {
         {
             // The batch was written but not synced: it goes, cut off with the failure.
             self.file_len = good_len;
-            self.fail_batch(format!("fsync error: {e}"), (first, last_seq), replies);
+            self.fail_batch(format!("fsync error: {e}"), (first, last_position), replies);
             return;
         }
         if let Some(run) = &mut self.rewrite {
             // Everything taken since the rewrite started is above its start.
             run.tail.extend_from_slice(&self.buf);
-            run.tail_last = last_seq;
+            run.tail_last = last_position;
         }
         self.results.clear();
         self.sh
@@ -184,7 +184,7 @@ impl Writer {
         for (reply, results) in replies.into_iter().zip(self.results.drain(..)) {
             let _ = reply.send(Ok(results));
         }
-        self.publish_durable(last_seq);
+        self.publish_durable(last_position);
         self.maybe_auto_rewrite();
     }
 
@@ -267,10 +267,10 @@ impl Writer {
         self.sh.progress.send_modify(|p| p.error = Some(msg.into()));
     }
 
-    pub(super) fn publish_durable(&self, seq: u64) {
+    pub(super) fn publish_durable(&self, position: u64) {
         self.sh
             .progress
-            .send_modify(|p| p.durable = p.durable.max(seq));
+            .send_modify(|p| p.durable = p.durable.max(position));
     }
 
     /// Positions `first..=last` will never be durable (their batch failed or was refused).

@@ -108,9 +108,9 @@ pub struct AofStats {
     /// Average records made durable per fsync: the effect of group commit.
     pub acks_per_fsync: f64,
     /// Sequence number of the last record queued.
-    pub appended_seq: u64,
+    pub appended_position: u64,
     /// Every record up to this sequence number is durable (per the policy).
-    pub durable_seq: u64,
+    pub durable_position: u64,
     /// The writer is in the failed state (`aof_last_write_status:err`).
     pub write_failed: bool,
     /// The last write, fsync or rewrite error.
@@ -206,7 +206,7 @@ impl Aof {
             rewrite_percentage: AtomicU64::new(opts.rewrite_percentage),
             applier,
             queue: Mutex::new(Queue {
-                last_seq: start_position,
+                last_position: start_position,
                 last_at: start_at,
                 ..Queue::default()
             }),
@@ -279,15 +279,15 @@ impl Aof {
                 let _ = reply.send(Err(ProposeError::Stopped));
                 return receiver;
             }
-            q.last_seq += 1;
+            q.last_position += 1;
             q.last_at = q.last_at.max(at);
             let entry = Entry {
-                position: q.last_seq,
+                position: q.last_position,
                 at: q.last_at,
                 ops,
             };
             q.proposals.push(QueuedProposal { entry, reply });
-            self.sh.appended.store(q.last_seq, Ordering::Release);
+            self.sh.appended.store(q.last_position, Ordering::Release);
         }
         // Under `everysec` and `no` the proposer writes the queue itself (`write_now`), and the
         // writer thread polls for what nobody pushed: no wake-up per proposal.
@@ -306,10 +306,10 @@ impl Aof {
         // The writer's order: the file, then the queue.
         let mut core = self.core.lock();
         let mut q = self.sh.queue.lock();
-        if entry.position != q.last_seq + 1 {
+        if entry.position != q.last_position + 1 {
             tracing::error!(
                 position = entry.position,
-                expected = q.last_seq + 1,
+                expected = q.last_position + 1,
                 "AOF: an applied entry out of order was not logged"
             );
             return;
@@ -318,33 +318,33 @@ impl Aof {
             tracing::error!("AOF: cannot log the entry applied at start: {e}");
             return;
         }
-        q.last_seq = entry.position;
+        q.last_position = entry.position;
         q.last_at = q.last_at.max(entry.at);
         core.last_taken = entry.position;
-        self.sh.appended.store(q.last_seq, Ordering::Release);
+        self.sh.appended.store(q.last_position, Ordering::Release);
         self.sh
             .progress
             .send_modify(|p| p.durable = p.durable.max(entry.position));
     }
 
     /// Position of the last entry queued so far (0: none).
-    pub fn appended_seq(&self) -> u64 {
+    pub fn appended_position(&self) -> u64 {
         self.sh.appended.load(Ordering::Acquire)
     }
 
-    /// Resolves when every entry up to position `seq` is durable: written (`no`, `everysec`) or
+    /// Resolves when every entry up to `position` is durable: written (`no`, `everysec`) or
     /// written and synced (`always`), and applied. `Err(WriteFailed)` if the batch holding it failed (and no rewrite
     /// has recovered it since), `Err(ShuttingDown)` if the writer stopped before writing it.
-    pub async fn wait_durable(&self, seq: u64) -> Result<(), AofError> {
-        if seq == 0 {
+    pub async fn wait_durable(&self, position: u64) -> Result<(), AofError> {
+        if position == 0 {
             return Ok(());
         }
-        if self.sh.policy() != FsyncPolicy::Always && self.sh.progress.borrow().durable < seq {
+        if self.sh.policy() != FsyncPolicy::Always && self.sh.progress.borrow().durable < position {
             self.write_now();
         }
         let mut rx = self.sh.progress.subscribe();
-        match rx.wait_for(|p| p.decided(seq)).await {
-            Ok(p) => p.outcome(seq),
+        match rx.wait_for(|p| p.decided(position)).await {
+            Ok(p) => p.outcome(position),
             Err(_) => Err(AofError::ShuttingDown),
         }
     }
@@ -362,7 +362,7 @@ impl Aof {
         while let Some(mut core) = self.core.try_lock() {
             let wrote = core.write_queued();
             drop(core);
-            if !wrote || self.sh.progress.borrow().durable >= self.appended_seq() {
+            if !wrote || self.sh.progress.borrow().durable >= self.appended_position() {
                 return;
             }
         }
@@ -441,7 +441,7 @@ impl Aof {
 
     pub fn stats(&self) -> AofStats {
         let c = self.sh.counters.lock();
-        let durable_seq = self.sh.progress.borrow().durable;
+        let durable_position = self.sh.progress.borrow().durable;
         AofStats {
             fsync_policy: self.sh.policy(),
             file_size: c.file_size,
@@ -460,8 +460,8 @@ impl Aof {
             } else {
                 c.records_synced as f64 / c.fsyncs as f64
             },
-            appended_seq: self.appended_seq(),
-            durable_seq,
+            appended_position: self.appended_position(),
+            durable_position,
             write_failed: self.sh.failed.lock().is_some(),
             last_error: c.last_error.clone(),
             write_errors: c.write_errors,

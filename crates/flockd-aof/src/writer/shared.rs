@@ -53,7 +53,7 @@ pub(super) struct WriterShared {
 pub(super) struct Queue {
     pub(super) proposals: Vec<QueuedProposal>,
     /// Log position of the last proposal queued (positions continue the loaded file's).
-    pub(super) last_seq: u64,
+    pub(super) last_position: u64,
     /// Time of the last proposal queued: log time never goes back.
     pub(super) last_at: Millis,
     pub(super) stop: bool,
@@ -75,22 +75,22 @@ pub(super) struct Progress {
 }
 
 impl Progress {
-    pub(super) fn failed(&self, seq: u64) -> bool {
+    pub(super) fn failed(&self, position: u64) -> bool {
         self.failed
             .iter()
-            .any(|&(first, last)| first <= seq && seq <= last)
+            .any(|&(first, last)| first <= position && position <= last)
     }
 
-    pub(super) fn decided(&self, seq: u64) -> bool {
-        seq <= self.durable || self.failed(seq) || self.closed
+    pub(super) fn decided(&self, position: u64) -> bool {
+        position <= self.durable || self.failed(position) || self.closed
     }
 
-    pub(super) fn outcome(&self, seq: u64) -> Result<(), AofError> {
-        if self.failed(seq) {
+    pub(super) fn outcome(&self, position: u64) -> Result<(), AofError> {
+        if self.failed(position) {
             Err(AofError::WriteFailed(
                 self.error.as_deref().unwrap_or("write failed").to_owned(),
             ))
-        } else if seq <= self.durable {
+        } else if position <= self.durable {
             Ok(())
         } else {
             Err(AofError::ShuttingDown)

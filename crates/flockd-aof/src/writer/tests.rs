@@ -169,10 +169,10 @@ fn a_failed_write_refuses_applies_nothing_and_recovers_by_rewrite() {
         ],
     );
     assert_write_failed(&failed);
-    let failed_seq = aof.appended_seq();
-    assert_eq!(failed_seq, 2);
+    let failed_position = aof.appended_position();
+    assert_eq!(failed_position, 2);
     let err = rt
-        .block_on(aof.wait_durable(failed_seq))
+        .block_on(aof.wait_durable(failed_position))
         .expect_err("the write failed");
     assert!(
         matches!(err, AofError::WriteFailed(ref m) if m.contains("No space left")),
@@ -209,7 +209,10 @@ fn a_failed_write_refuses_applies_nothing_and_recovers_by_rewrite() {
         matches!(refused, Err(ProposeError::WriteFailed(_))),
         "{refused:?}"
     );
-    assert!(rt.block_on(aof.wait_durable(aof.appended_seq())).is_err());
+    assert!(
+        rt.block_on(aof.wait_durable(aof.appended_position()))
+            .is_err()
+    );
     assert_eq!(host.machine.lock().fence_token(b"c"), 0);
 
     // A rewrite from the applier's state recovers (retried every second).
@@ -227,7 +230,7 @@ fn a_failed_write_refuses_applies_nothing_and_recovers_by_rewrite() {
         commit(&rt, &aof, 40, vec![fence("d", 4)]),
         Ok(vec![OpResult::FenceSet(true)])
     );
-    let last = aof.appended_seq();
+    let last = aof.appended_position();
     assert_eq!(last, 4, "positions go on after the refused ones");
     rt.block_on(aof.wait_durable(last)).expect("durable");
     aof.shutdown();
@@ -362,7 +365,7 @@ fn the_policy_changes_at_run_time() {
     assert!(rt.block_on(rx).expect("answered").is_ok());
     let st = aof.stats();
     assert_eq!(
-        (st.fsync_policy, st.fsyncs, st.durable_seq),
+        (st.fsync_policy, st.fsyncs, st.durable_position),
         (FsyncPolicy::No, 2, 4)
     );
     // Switching to the policy in force changes nothing.
