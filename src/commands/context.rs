@@ -97,7 +97,7 @@ pub struct Ctx<'a> {
 impl Ctx<'_> {
     /// The applied state, for read commands.
     pub fn machine(&self) -> RwLockReadGuard<'_, StateMachine> {
-        self.server.host().read()
+        self.server.applied().read()
     }
 }
 

@@ -51,7 +51,7 @@ impl CommandDef for FlockHot {
 
 impl LocalCommand for FlockHot {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let lines = ctx.server.host().hot.top(self.count, Instant::now());
+        let lines = ctx.server.applied().hot.top(self.count, Instant::now());
         let field = |name: &'static str, value: Reply| (Reply::bulk(name), value);
         reply(Reply::Array(
             lines

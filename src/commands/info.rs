@@ -166,7 +166,7 @@ fn render(server: &dyn Server, section: &str, out: &mut String) {
         "memory" => {
             let m = stats::memory(server.stats());
             let (l, f) = {
-                let machine = server.host().read();
+                let machine = server.applied().read();
                 (machine.lock_stats(), machine.fence_stats())
             };
             let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
@@ -229,7 +229,7 @@ fn render(server: &dyn Server, section: &str, out: &mut String) {
             field("# Digest", &"");
             // Equal on every node that applied the same log: the fault harness compares it
             // across nodes after healing.
-            field("raft_state_digest", &server.host().read().digest());
+            field("raft_state_digest", &server.applied().read().digest());
         }
         "replication" => {
             field("# Replication", &"");
@@ -254,7 +254,7 @@ fn render(server: &dyn Server, section: &str, out: &mut String) {
         }
         "locks" => {
             let (l, f, floor) = {
-                let machine = server.host().read();
+                let machine = server.applied().read();
                 (
                     machine.lock_stats(),
                     machine.fence_stats(),
@@ -303,7 +303,7 @@ fn render(server: &dyn Server, section: &str, out: &mut String) {
         "keyspace" => {
             field("# Keyspace", &"");
             // Lock names are the keys (DBSIZE); held ones have a lease, Redis's `expires`.
-            let l = server.host().read().lock_stats();
+            let l = server.applied().read().lock_stats();
             if l.names > 0 {
                 field(
                     "db0",

@@ -158,7 +158,7 @@ fn read_now<T: OpCommand>(cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
 /// clock at that point. So it is linearizable on any node without an entry in the log.
 fn read_at<T: OpCommand>(point: ReadWait, cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
     let read = read_of(cmd)?;
-    let host = ctx.server.host().clone();
+    let host = ctx.server.applied().clone();
     Ok(Outcome::Await(Box::pin(async move {
         let replied = match point.await {
             Ok(at) => {

@@ -74,7 +74,7 @@ impl CommandDef for Pubsub {
 
 impl LocalCommand for Pubsub {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let pubsub = &ctx.server.host().pubsub;
+        let pubsub = &ctx.server.applied().pubsub;
         match self {
             Pubsub::Channels(pattern) => reply(Reply::Array(
                 pubsub

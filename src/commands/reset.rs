@@ -46,7 +46,7 @@ impl LocalCommand for Reset {
         ctx.conn.acl_generation = ctx.server.acl().generation();
         ctx.conn.handle.names.lock().user = None;
         ctx.conn.handle.names.lock().name = None;
-        super::unsubscribe::leave_all(&ctx.server.host().pubsub, ctx.conn);
+        super::unsubscribe::leave_all(&ctx.server.applied().pubsub, ctx.conn);
         Ok(Outcome::Discard(Reply::Simple("RESET".into())))
     }
 }

@@ -11,8 +11,8 @@ use std::time::Instant;
 use super::meta::Meta;
 use crate::log::Log;
 use crate::services::acl::AclState;
+use crate::services::applied::AppliedState;
 use crate::services::clients::ClientRegistry;
-use crate::services::host::StateHost;
 use crate::services::live_config::{LiveConfig, ReconfigureError};
 use crate::services::stats::ServerStats;
 
@@ -25,7 +25,7 @@ pub trait Server: Send + Sync {
     /// CONFIG RESETSTAT: the server's counters and the lock table's event counters.
     fn reset_stats(&self);
     /// The state machine as applied here, with its pub/sub, FLOCK.HOT and waits.
-    fn host(&self) -> &Arc<StateHost>;
+    fn applied(&self) -> &Arc<AppliedState>;
     fn acl(&self) -> &AclState;
     fn stats(&self) -> &ServerStats;
     fn clients(&self) -> &ClientRegistry;

@@ -78,7 +78,7 @@ fn subscribe(ctx: &mut Ctx<'_>, pattern: bool, channels: Vec<Bytes>) -> CommandR
         };
         if set.insert(channel.clone()) {
             ctx.server
-                .host()
+                .applied()
                 .pubsub
                 .subscribe(pattern, channel.clone(), id, &mailbox);
         }

@@ -86,7 +86,7 @@ impl CommandDef for Unsubscribe {
 
 impl LocalCommand for Unsubscribe {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let replies = unsubscribe(&ctx.server.host().pubsub, ctx.conn, false, self.channels);
+        let replies = unsubscribe(&ctx.server.applied().pubsub, ctx.conn, false, self.channels);
         Ok(Outcome::Replies(replies))
     }
 }
@@ -118,7 +118,7 @@ impl CommandDef for PUnsubscribe {
 
 impl LocalCommand for PUnsubscribe {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let replies = unsubscribe(&ctx.server.host().pubsub, ctx.conn, true, self.patterns);
+        let replies = unsubscribe(&ctx.server.applied().pubsub, ctx.conn, true, self.patterns);
         Ok(Outcome::Replies(replies))
     }
 }

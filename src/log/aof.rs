@@ -16,8 +16,8 @@ use super::{
     ProposeError, ReadWait, commit,
 };
 use crate::config::Config;
+use crate::services::applied::AppliedState;
 use crate::services::clock::Clock;
-use crate::services::host::StateHost;
 
 pub struct AofLog {
     aof: Arc<Aof>,
@@ -29,7 +29,7 @@ pub struct AofLog {
     /// The client port's address: the one member ROLE and the console show.
     addr: SocketAddr,
     /// The applied state, whose position is the log's (ROLE's offset).
-    host: Arc<StateHost>,
+    applied: Arc<AppliedState>,
 }
 
 /// Loads the AOF into a new state machine, opens it for appending and re-arms the leases that
@@ -38,7 +38,7 @@ pub async fn open(
     config: &Config,
     bump_tokens: Option<u64>,
     addr: SocketAddr,
-    new_host: impl FnOnce(StateMachine) -> Arc<StateHost>,
+    new_applied: impl FnOnce(StateMachine) -> Arc<AppliedState>,
 ) -> Result<Opened, OpenError> {
     let aof_path = config.aof_path();
     let mut machine = StateMachine::new();
@@ -57,7 +57,7 @@ pub async fn open(
     let rearm = machine.has_holdings_or_waiters();
     let end_sessions = machine.has_session_holdings();
     let clock = Arc::new(Clock::continuing_from(last_at));
-    let host = new_host(machine);
+    let applied = new_applied(machine);
     let aof = tokio::task::block_in_place(|| {
         Aof::open(
             AofOptions {
@@ -66,7 +66,7 @@ pub async fn open(
                 rewrite_min_size: config.auto_aof_rewrite_min_size,
                 rewrite_percentage: config.auto_aof_rewrite_percentage,
             },
-            host.clone(),
+            applied.clone(),
             position,
             last_at,
         )
@@ -86,7 +86,7 @@ pub async fn open(
             ops,
         };
         let mut results = Vec::new();
-        flockd_log::Apply::apply(&*host, std::slice::from_ref(&entry), true, &mut results);
+        flockd_log::Apply::apply(&*applied, std::slice::from_ref(&entry), true, &mut results);
         aof.prepend_applied(entry);
         info!("re-armed live leases, ended the last run's sessions: {results:?}");
     }
@@ -96,7 +96,7 @@ pub async fn open(
         lease_duty: watch::channel(true).0,
         replayed,
         addr,
-        host: host.clone(),
+        applied: applied.clone(),
     };
     if let Some(by) = bump_tokens {
         let results = commit(&log, vec![Op::BumpAll { by }])
@@ -107,12 +107,12 @@ pub async fn open(
             })?;
         warn!(
             by,
-            floor = host.read().token_floor(),
+            floor = applied.read().token_floor(),
             "raised every token counter (--bump-tokens): {results:?}"
         );
     }
     Ok(Opened {
-        host,
+        applied,
         log: Arc::new(log),
         clock,
     })
@@ -155,7 +155,7 @@ impl Log for AofLog {
     }
 
     fn view(&self) -> LogView {
-        let position = self.host.read().position();
+        let position = self.applied.read().position();
         LogView {
             node_id: None,
             role: LogRole::Single,

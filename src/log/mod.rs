@@ -23,8 +23,8 @@ use flockd_metrics::MetricsSnapshot;
 use tokio::sync::{oneshot, watch};
 
 use crate::config::Config;
+use crate::services::applied::AppliedState;
 use crate::services::clock::Clock;
-use crate::services::host::StateHost;
 
 pub use flockd_log::{ProposalResult, ProposeError};
 pub use view::{LogMember, LogRole, LogView};
@@ -32,7 +32,7 @@ pub use view::{LogMember, LogRole, LogView};
 /// What opening a log leaves running: the state it applies to, the log, and the clock that
 /// stamps its entries.
 pub struct Opened {
-    pub host: Arc<StateHost>,
+    pub applied: Arc<AppliedState>,
     pub log: Arc<dyn Log>,
     pub clock: Arc<Clock>,
 }

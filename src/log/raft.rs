@@ -16,8 +16,8 @@ use super::{
     ProposeError, ReadWait,
 };
 use crate::config::{ClusterConfig, Config};
+use crate::services::applied::AppliedState;
 use crate::services::clock::Clock;
-use crate::services::host::StateHost;
 
 pub struct RaftLog {
     cluster: Arc<Cluster>,
@@ -30,10 +30,10 @@ pub async fn open(
     config: &Config,
     cluster: &ClusterConfig,
     tls: Option<flockd_tls::ClusterTls>,
-    new_host: impl FnOnce(StateMachine) -> Arc<StateHost>,
+    new_applied: impl FnOnce(StateMachine) -> Arc<AppliedState>,
 ) -> Result<Opened, OpenError> {
     let clock = Arc::new(Clock::continuing_from(Millis(0)));
-    let host = new_host(StateMachine::new());
+    let applied = new_applied(StateMachine::new());
     let seed = seed_from_aof(config)?;
     let cport = cluster
         .peers
@@ -58,14 +58,14 @@ pub async fn open(
             let transport = flockd_raft::transport::Tls { config };
             Cluster::start_on(
                 settings,
-                host.clone(),
+                applied.clone(),
                 clock.clone(),
                 seed,
                 Arc::new(transport),
             )
             .await
         }
-        None => Cluster::start(settings, host.clone(), clock.clone(), seed).await,
+        None => Cluster::start(settings, applied.clone(), clock.clone(), seed).await,
     }
     .map_err(OpenError::Cluster)?;
     info!(
@@ -75,7 +75,7 @@ pub async fn open(
         config.bind
     );
     Ok(Opened {
-        host,
+        applied,
         log: Arc::new(RaftLog {
             cluster: Arc::new(node),
         }),

@@ -28,7 +28,7 @@ pub async fn run(shared: Arc<Shared>) {
         }
         let now = shared.log.now();
         let (due, next) = {
-            let mut timers = shared.host.lock_timers();
+            let mut timers = shared.applied.lock_timers();
             let due = timers.due_leases(now, BATCH);
             (due, timers.next_deadline())
         };
@@ -50,7 +50,7 @@ pub async fn run(shared: Arc<Shared>) {
                     None => std::future::pending().await,
                 }
             } => {}
-            _ = shared.host.expiry_wake.notified() => {}
+            _ = shared.applied.expiry_wake.notified() => {}
             _ = leading.changed() => {}
             _ = shared.shutdown.cancelled() => return,
         }

@@ -136,14 +136,14 @@ impl MetricsSource for DaemonMetrics {
             )],
         });
         let (locks, fences, token_floor) = {
-            let machine = shared.host.read();
+            let machine = shared.applied.read();
             (
                 machine.lock_stats(),
                 machine.fence_stats(),
                 machine.token_floor(),
             )
         };
-        let holds = &shared.host.holds;
+        let holds = &shared.applied.holds;
         let memory = stats::memory(&shared.stats);
         let mut snapshot = MetricsSnapshot {
             version,

@@ -1,11 +1,13 @@
-//! Server wiring: load the AOF into the state machine, open the log, listen, accept clients up
-//! to `maxclients`, run the timer tasks (lease expiry, idle names), and shut down cleanly (stop
-//! accepting, let connections finish the command in flight, flush and fsync the AOF).
+//! Server wiring: open the log (`crate::log::open`: the AOF loaded into the state machine, or
+//! Raft), listen, accept clients up to `maxclients`, run the timer tasks (lease expiry, idle
+//! names), and shut down cleanly (stop accepting, let connections finish the command in flight,
+//! close the log).
 //!
 //! The layers, in the order a request meets them: `connection` (bytes to requests, replies to
-//! bytes), `admission` (lookup, auth, arity, MISCONF), `crate::commands` (typed commands: state
-//! commands become ops), `propose` (the log: the AOF here), `host` (the state machine applies
-//! what the log committed, and routes its events to `waiters`).
+//! bytes), `admission` (lookup, auth, arity, whether the log serves and takes writes),
+//! `crate::commands` (typed commands: state commands become ops), `crate::log` (where they are
+//! proposed), `crate::services::applied` (the state machine applies what the log committed, and
+//! routes its events to `waiters`).
 
 mod accounting;
 mod admission;
@@ -31,8 +33,8 @@ use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::log::{Opened, commit};
+use crate::services::applied::AppliedState;
 use crate::services::clients::ClientRegistry;
-use crate::services::host::StateHost;
 
 use crate::services::stats::{self, ServerStats};
 
@@ -116,15 +118,18 @@ pub async fn run(config: Config, bump_tokens: Option<u64>) -> Result<(), ServerE
     };
     // Before anything in `dir` is read: held until the process ends.
     let _dir_lock = crate::data_dir::lock(&config.dir)?;
-    let Opened { host, log, clock } =
-        crate::log::open::open(&config, bump_tokens, local_addr, cluster_tls, |machine| {
-            new_host(&config, machine)
-        })
-        .await?;
+    let Opened {
+        applied,
+        log,
+        clock,
+    } = crate::log::open::open(&config, bump_tokens, local_addr, cluster_tls, |machine| {
+        new_applied(&config, machine)
+    })
+    .await?;
     let shared = Arc::new(Shared {
         acl: crate::services::acl::AclState::new(users),
         config: crate::services::live_config::LiveConfig::new(config),
-        host,
+        applied,
         log,
         clock,
         clients: ClientRegistry::default(),
@@ -238,13 +243,13 @@ async fn stop_when_refused(
     shutdown.cancel();
 }
 
-fn new_host(config: &Config, machine: StateMachine) -> Arc<StateHost> {
-    let host = Arc::new(StateHost::new(machine, config.hot_locks_capacity));
-    host.pubsub.configure(
+fn new_applied(config: &Config, machine: StateMachine) -> Arc<AppliedState> {
+    let applied = Arc::new(AppliedState::new(machine, config.hot_locks_capacity));
+    applied.pubsub.configure(
         config.notify_flock_events,
         config.client_output_buffer_limit_pubsub,
     );
-    host
+    applied
 }
 
 /// The next connection on `listener`; never, without one.
@@ -396,11 +401,12 @@ async fn reclaim_idle_names(shared: Arc<Shared>) {
             continue;
         }
         loop {
-            let host = shared.host.clone();
-            let names =
-                tokio::task::spawn_blocking(move || host.lock_timers().idle_candidates(max, BATCH))
-                    .await
-                    .unwrap_or_default();
+            let applied = shared.applied.clone();
+            let names = tokio::task::spawn_blocking(move || {
+                applied.lock_timers().idle_candidates(max, BATCH)
+            })
+            .await
+            .unwrap_or_default();
             if names.is_empty() {
                 break;
             }
@@ -411,7 +417,7 @@ async fn reclaim_idle_names(shared: Arc<Shared>) {
                         stats::bump(&shared.stats.names_forgotten, *forgotten as u64);
                         tracing::debug!(
                             forgotten,
-                            floor = shared.host.read().token_floor(),
+                            floor = shared.applied.read().token_floor(),
                             "forgot idle lock names"
                         );
                     }

@@ -38,7 +38,7 @@ fn make(
         // Checked above; a reload can only fail if the subscriber is gone.
         tracing::warn!("log-level not applied: {e}");
     }
-    shared.host.pubsub.configure(
+    shared.applied.pubsub.configure(
         next.notify_flock_events,
         next.client_output_buffer_limit_pubsub,
     );

@@ -38,7 +38,7 @@ pub async fn announce_leader_changes(shared: Arc<Shared>) {
                     let payload = format!("{name} {} {} {} {}", old.0, old.1, new.0, new.1);
                     tracing::info!("leader changed: +switch-master {payload}");
                     shared
-                        .host
+                        .applied
                         .pubsub
                         .publish_message(SWITCH_MASTER, payload.as_bytes());
                 }

@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 use crate::commands::Server;
 use crate::log::Log;
 use crate::services::acl::AclState;
+use crate::services::applied::AppliedState;
 use crate::services::clients::ClientRegistry;
 use crate::services::clock::Clock;
-use crate::services::host::StateHost;
 use crate::services::live_config::{LiveConfig, ReconfigureError};
 use crate::services::monitor::Monitors;
 use crate::services::stats::{self, ServerStats};
@@ -25,7 +25,7 @@ pub struct Shared {
     /// The running configuration (CONFIG SET changes it).
     pub config: LiveConfig,
     /// The state machine: read by connections, applied to by the log.
-    pub host: Arc<StateHost>,
+    pub applied: Arc<AppliedState>,
     /// Where state changes go: the AOF on a single node, Raft on a cluster node.
     pub log: Arc<dyn Log>,
     pub clock: Arc<Clock>,
@@ -80,11 +80,11 @@ impl Server for Shared {
 
     fn reset_stats(&self) {
         stats::reset(&self.stats);
-        self.host.reset_counters();
+        self.applied.reset_counters();
     }
 
-    fn host(&self) -> &Arc<StateHost> {
-        &self.host
+    fn applied(&self) -> &Arc<AppliedState> {
+        &self.applied
     }
 
     fn acl(&self) -> &AclState {

@@ -79,7 +79,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     waited.observe(started.elapsed());
                     let contention = Contention::Waited(started.elapsed());
                     self.shared
-                        .host
+                        .applied
                         .hot
                         .record(&name, contention, Instant::now());
                     // The wait was the client's asking: no latency event, no slow log entry.
@@ -113,7 +113,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     ) -> std::io::Result<Parked> {
         let shared = self.shared.clone();
         let handle = self.conn.handle.clone();
-        let Some(mut grant) = shared.host.waits.claim(wait) else {
+        let Some(mut grant) = shared.applied.waits.claim(wait) else {
             return Ok(Parked::Dropped);
         };
         shared.clients.set_blocked(&handle, true);

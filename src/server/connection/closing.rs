@@ -31,7 +31,7 @@ impl<S> Connection<S> {
                 );
             }
         }
-        unsubscribe::leave_all(&self.shared.host.pubsub, &mut self.conn);
+        unsubscribe::leave_all(&self.shared.applied.pubsub, &mut self.conn);
         self.shared.clients.unregister(id);
     }
 }

@@ -34,7 +34,7 @@ fn name_fields(name: &[u8]) -> (String, String) {
 
 pub fn overview(shared: &Shared, history: &History) -> Value {
     let config = shared.config.load();
-    let locks = shared.host.read().lock_stats();
+    let locks = shared.applied.read().lock_stats();
     let node = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "address": shared.local_addr.to_string(),
@@ -97,7 +97,7 @@ pub fn overview(shared: &Shared, history: &History) -> Value {
 
 pub fn hot(shared: &Shared, user: &User, count: u64) -> Value {
     let lines: Vec<Value> = shared
-        .host
+        .applied
         .hot
         .top(HOT_CANDIDATES, Instant::now())
         .into_iter()
@@ -157,7 +157,7 @@ pub fn locks(
     limit: usize,
 ) -> Value {
     let now = shared.log.now();
-    let machine = shared.host.read();
+    let machine = shared.applied.read();
     let mut found: Vec<Value> = Vec::new();
     let mut cursor = from.scan;
     let mut skip = from.skip;

@@ -59,7 +59,7 @@ pub fn open(
     }
     let (mailbox, deliveries) = Mailbox::new(client.clone());
     shared
-        .host
+        .applied
         .pubsub
         .subscribe(false, channel.clone(), client.id, &mailbox);
     let feed = Feed {
@@ -100,7 +100,7 @@ struct Feed {
 impl Drop for Feed {
     fn drop(&mut self) {
         self.shared
-            .host
+            .applied
             .pubsub
             .unsubscribe(false, &self.channel, self.client.id);
         self.shared.clients.unregister(self.client.id);

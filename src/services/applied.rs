@@ -63,7 +63,7 @@ impl Timers<'_> {
     }
 }
 
-pub struct StateHost {
+pub struct AppliedState {
     machine: RwLock<StateMachine>,
     pub waits: WaitRegistry,
     pub holds: HoldTimes,
@@ -75,9 +75,9 @@ pub struct StateHost {
     pub pubsub: PubSub,
 }
 
-impl StateHost {
-    pub fn new(machine: StateMachine, hot_capacity: usize) -> StateHost {
-        StateHost {
+impl AppliedState {
+    pub fn new(machine: StateMachine, hot_capacity: usize) -> AppliedState {
+        AppliedState {
             hot: HotLocks::new(hot_capacity, std::time::Instant::now()),
             machine: RwLock::new(machine),
             waits: WaitRegistry::default(),
@@ -136,7 +136,7 @@ impl StateHost {
     }
 }
 
-impl StateHost {
+impl AppliedState {
     /// Applies committed entries and routes their events. `proposed_here`: this node proposed them,
     /// so the waits they queue belong to connections parked here (a cluster node applies the
     /// others' entries too, and keeps no slot for their waits).
@@ -206,7 +206,7 @@ impl StateHost {
 
 /// The one seam both logs drive it through: the AOF's writer after each durable batch, the
 /// Raft state machine after each committed entry.
-impl Apply for StateHost {
+impl Apply for AppliedState {
     fn apply(&self, entries: &[Entry], proposed_here: bool, results: &mut Vec<Vec<OpResult>>) {
         self.apply_entries(entries, proposed_here, results)
     }
