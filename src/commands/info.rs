@@ -43,7 +43,7 @@ const BYTES_PER_HELD_LOCK: u64 = 200;
 const BYTES_PER_WAITER: u64 = 64;
 const BYTES_PER_FENCE_KEY: u64 = 80;
 
-/// An estimate of the lock table's own memory from its counts: a name's element in its shard's
+/// An estimate of the lock table's own memory from its counts: a name's element in its stripe's
 /// B-tree with the nodes' spare room (about 100 bytes, 91-96 measured: the figure
 /// `max-idle-names` is documented with), a held lock's holding and its lease deadline in the expiry index, a waiter, a fence
 /// key's slot. Names over 22 bytes, owner ids and fence values add their own length on top, and

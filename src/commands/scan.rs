@@ -1,7 +1,7 @@
 //! SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]: Redis's SCAN over flockd's keys, the
 //! lock names and then the fence keys, for `redis-cli --scan` and the GUI tools that browse
 //! with it. Replies `[next-cursor, [key ...]]`; cursor 0 starts and ends a walk, and a key
-//! present for the whole walk comes back once (see `flockd_core::keys`). COUNT is how many keys
+//! present for the whole walk comes back once (see `flockd_core::keyspace`). COUNT is how many keys
 //! a call looks at (10 by default, at most FLOCK.SCAN's maximum); MATCH and TYPE filter those.
 //! As in Redis, key permissions do not filter the keys listed.
 

@@ -1,6 +1,6 @@
 //! What a command may use of the running server, and nothing more: the applied state and the
 //! point a read must wait for, the users, the configuration and its changes, the counters, the
-//! connected clients, the log under the state (its figures and controls, whichever log it is)
+//! connected clients, the log under the state (its stats and controls, whichever log it is)
 //! and the addresses it serves on. The server implements it (`crate::server::shared`); a command
 //! never sees how the server is wired together.
 

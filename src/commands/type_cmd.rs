@@ -1,5 +1,5 @@
 //! TYPE key: what a key is, as Redis answers it (a simple string): `flock` for a lock name,
-//! `fence` for a fence key (also when the name is a lock name too: see `flockd_core::keys`),
+//! `fence` for a fence key (also when the name is a lock name too: see `flockd_core::keyspace`),
 //! `none` for neither. GUI tools call it on each key SCAN lists.
 
 use bytes::Bytes;

@@ -5,7 +5,7 @@
 
 use serde::Deserialize;
 
-use super::keys::{self, Change};
+use super::parameters::{self, Change};
 use super::{Config, ConfigError, Settings};
 
 /// Why a CONFIG SET was refused, in Redis 7's words.
@@ -29,7 +29,7 @@ impl Config {
         let mut changed = Settings::default();
         for (key, value) in changes {
             let key = key.to_ascii_lowercase();
-            match keys::key(&key) {
+            match parameters::parameter(&key) {
                 None => return Err(ChangeError::Unknown(key)),
                 Some(k) if k.change == Change::Restart => return Err(ChangeError::Immutable(key)),
                 Some(_) => {}
@@ -88,7 +88,7 @@ impl Config {
 
 /// Whether `key` is one the config file can hold (CONFIG GET also shows a few fixed Redis keys).
 pub fn is_file_key(key: &str) -> bool {
-    keys::key(key).is_some_and(|k| k.in_file())
+    parameters::parameter(key).is_some_and(|k| k.in_file())
 }
 
 /// How a key's value is spelled in the config file: an integer or a string.
@@ -243,7 +243,8 @@ mod tests {
         // refuses exactly the keys the table declares immutable, in Redis's words.
         let config = Config::default();
         for (key, value) in config.entries() {
-            let declared = keys::key(key).unwrap_or_else(|| panic!("{key} is not in the table"));
+            let declared =
+                parameters::parameter(key).unwrap_or_else(|| panic!("{key} is not in the table"));
             let result = set(&config, &[(key, &value)]);
             match declared.change {
                 Change::Restart => {

@@ -3,7 +3,7 @@
 //! such variable is named in a warning, with the key's variable it is closest to; the server
 //! still starts, as a variable meant for some other program must not stop it.
 
-use super::keys::KEYS;
+use super::parameters::PARAMETERS;
 
 /// `FLOCKD_*` variables read by something other than the server's configuration: the tools,
 /// the test suites and harnesses, the clients' examples. They are set beside a running server
@@ -34,7 +34,8 @@ pub const NOT_KEYS: &[&str] = &[
 
 /// The variables the server reads: every key's, and `FLOCKD_CONFIG` (the file).
 fn known() -> impl Iterator<Item = &'static str> {
-    KEYS.iter()
+    PARAMETERS
+        .iter()
         .filter_map(|k| k.env)
         .chain(std::iter::once("FLOCKD_CONFIG"))
 }

@@ -15,7 +15,7 @@
 
 pub mod change;
 pub mod env;
-pub mod keys;
+pub mod parameters;
 pub mod rewrite;
 mod running;
 
@@ -25,17 +25,17 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use flockd_aof::FsyncPolicy;
 use flockd_tls::{AuthClients, Protocol};
 
-use keys::KEYS;
-pub use keys::Settings;
+use parameters::PARAMETERS;
+pub use parameters::Settings;
 pub use running::{ClusterConfig, Config, LogFormat};
 
 impl Default for Config {
-    /// The key table's defaults ([`keys::KEYS`]), validated as any configuration is. The table's
+    /// The parameter table's defaults ([`parameters::PARAMETERS`]), validated as any configuration is. The table's
     /// defaults are valid (`defaults_serve_out_of_the_box` checks it), so this cannot fail.
     fn default() -> Self {
         Settings::default()
             .validate()
-            .expect("the key table's defaults are a valid configuration")
+            .expect("the parameter table's defaults are a valid configuration")
     }
 }
 
@@ -45,9 +45,10 @@ impl Config {
     }
 
     /// Every key with its current value as CONFIG GET shows it (Redis-style names), in the
-    /// key table's order.
+    /// parameter table's order.
     pub fn entries(&self) -> Vec<(&'static str, String)> {
-        KEYS.iter()
+        PARAMETERS
+            .iter()
             .map(|key| (key.name, (key.show)(self)))
             .collect()
     }
@@ -70,8 +71,8 @@ pub enum ConfigError {
     },
     #[error("cluster mode: {0}")]
     Cluster(String),
-    /// A key without a value and without a default in the key table (a bug in the table).
-    #[error("no value for '{0}' and no default in the key table")]
+    /// A key without a value and without a default in the parameter table (a bug in the table).
+    #[error("no value for '{0}' and no default in the parameter table")]
     NoDefault(&'static str),
 }
 
@@ -96,10 +97,10 @@ pub struct Cli {
 impl Cli {
     /// The flags, with each key's default in its `--help` text. The settings are `Option`s so
     /// that a flag's absence lets the file decide: clap's own `default_value` would override
-    /// the file, so the default is only shown, from the key table.
+    /// the file, so the default is only shown, from the parameter table.
     pub fn command_with_defaults() -> clap::Command {
         let show = |arg: clap::Arg| {
-            let Some(key) = arg.get_long().and_then(keys::key) else {
+            let Some(key) = arg.get_long().and_then(parameters::parameter) else {
                 return arg;
             };
             let default = match key.default {
@@ -154,7 +155,7 @@ impl Settings {
         self.or(from_file).validate()
     }
 
-    /// These settings over the key table's defaults, checked and turned into a configuration.
+    /// These settings over the parameter table's defaults, checked and turned into a configuration.
     fn validate(self) -> Result<Config, ConfigError> {
         self.or(Settings::defaults()).checked()
     }

@@ -1,5 +1,5 @@
 //! The configuration a daemon runs with: every key's value after the layers are merged and
-//! checked (`Settings::validate` builds it; `keys.rs` says how each key is read and shown).
+//! checked (`Settings::validate` builds it; `parameters.rs` says how each is read and shown).
 
 use std::net::IpAddr;
 use std::path::PathBuf;

@@ -95,7 +95,7 @@ pub trait Log: Send + Sync + 'static {
     fn persistence_info(&self, field: Fields<'_>);
     /// INFO replication's fields that only this kind of log has, after the role's.
     fn replication_info(&self, field: Fields<'_>);
-    /// Its figures on the metrics port.
+    /// Its metrics.
     fn metrics(&self, snapshot: &mut MetricsSnapshot);
 
     // Controls.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flockd_core::{Millis, Op, StateMachine};
-use flockd_metrics::{HistogramData, MetricsSnapshot, RaftFigures};
+use flockd_metrics::{HistogramData, MetricsSnapshot, RaftMetrics};
 use flockd_raft::{Cluster, ClusterView, NodeId, Role};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -197,25 +197,25 @@ fn view_of(v: &ClusterView) -> LogView {
     }
 }
 
-fn raft_figures(cluster: &Cluster) -> RaftFigures {
+fn raft_metrics(cluster: &Cluster) -> RaftMetrics {
     let view = cluster.view();
-    let figures = cluster.figures();
-    RaftFigures {
+    let stats = cluster.stats();
+    RaftMetrics {
         term: view.term,
         is_leader: view.role == Role::Leader,
         commit_index: view.commit_index,
         applied_index: view.applied_index,
-        leader_changes: figures.leader_changes,
-        forwarded_commands: figures.forwarded_commands,
+        leader_changes: stats.leader_changes,
+        forwarded_commands: stats.forwarded_commands,
         proposal_duration: HistogramData::from_counts(
             flockd_raft::PROPOSAL_SECONDS_BOUNDS,
-            &figures.proposal_counts,
-            figures.proposal_seconds_sum,
+            &stats.proposal_counts,
+            stats.proposal_seconds_sum,
         ),
         log_fsync_duration: HistogramData::from_counts(
             flockd_raft::LOG_FSYNC_SECONDS_BOUNDS,
-            &figures.log_fsync_counts,
-            figures.log_fsync_seconds_sum,
+            &stats.log_fsync_counts,
+            stats.log_fsync_seconds_sum,
         ),
     }
 }
@@ -298,7 +298,7 @@ impl Log for RaftLog {
     }
 
     fn metrics(&self, snapshot: &mut MetricsSnapshot) {
-        snapshot.raft = Some(raft_figures(&self.cluster));
+        snapshot.raft = Some(raft_metrics(&self.cluster));
     }
 
     fn rewrite(&self) -> Result<(), String> {

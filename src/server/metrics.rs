@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use flockd_metrics::{
-    CommandErrors, CommandFigures, HistogramData, MetricsSnapshot, MetricsSource,
+    CommandErrors, CommandMetrics, HistogramData, MetricsSnapshot, MetricsSource,
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -92,7 +92,7 @@ impl MetricsSource for DaemonMetrics {
             .zip(&shared.stats.commands)
             .filter_map(|(meta, stat)| {
                 let calls = stats::read(&stat.calls);
-                (calls > 0).then(|| CommandFigures {
+                (calls > 0).then(|| CommandMetrics {
                     command: meta.name.to_string(),
                     calls,
                     duration: command_duration(stat),
@@ -183,7 +183,7 @@ impl MetricsSource for DaemonMetrics {
             token_floor,
             memory_used_bytes: memory.used,
             memory_rss_bytes: memory.rss,
-            // Each log fills in its own figures (a cluster node's AOF ones stay at zero).
+            // Each log fills in its own metrics (a cluster node's AOF ones stay at zero).
             ..MetricsSnapshot::default()
         };
         shared.log.metrics(&mut snapshot);

@@ -150,7 +150,7 @@ impl AppliedState {
         // Collected only while somebody listens, and published on the pub/sub thread, so
         // subscribers never hold up applying (or the readers waiting for it).
         let mut publish = self.pubsub.wants_events().then(Vec::new);
-        // FLOCK.HOT's figures, recorded after the machine's lock is released.
+        // FLOCK.HOT's counts, recorded after the machine's lock is released.
         let mut contended = Vec::new();
         let mut expired = Vec::new();
         let mut machine = self.machine.write();

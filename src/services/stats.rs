@@ -1,6 +1,6 @@
 //! Server-wide counters for INFO stats and commandstats, each command's latency histogram
 //! (LATENCY HISTOGRAM), the slow log (SLOWLOG), the latency monitor (LATENCY LATEST / HISTORY),
-//! the memory figures of INFO memory, and CONFIG RESETSTAT.
+//! the memory sizes of INFO memory, and CONFIG RESETSTAT.
 //!
 //! Everything a command pays for on every call is a relaxed atomic add; the slow log and the
 //! latency monitor take their lock only for a call over their threshold.

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use crate::item::SnapshotItem;
-use crate::shards::Shards;
+use crate::stripes::Stripes;
 
 #[derive(Clone)]
 struct Fence {
@@ -13,7 +13,7 @@ struct Fence {
     value: Bytes,
 }
 
-/// Counters for INFO.
+/// Counts for INFO.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FenceStats {
     pub keys: u64,
@@ -25,7 +25,7 @@ pub struct FenceStats {
 #[derive(Default)]
 pub(crate) struct FenceRegister {
     /// In SCAN's walk order (keys are never removed).
-    keys: Shards<Fence>,
+    keys: Stripes<Fence>,
     accepted: u64,
     refused: u64,
 }
@@ -57,12 +57,12 @@ impl FenceRegister {
         self.keys.get(key).is_some()
     }
 
-    /// Visits the keys from place `cursor` on (see [`Shards::walk`]).
+    /// Visits the keys from place `cursor` on (see [`Stripes::walk`]).
     pub fn walk(&self, cursor: u64, count: usize, mut visit: impl FnMut(&[u8])) -> Option<u64> {
         self.keys.walk(cursor, count, |key, _| visit(key))
     }
 
-    /// The keys and counters, detached for a snapshot: a copy of the shard pointers.
+    /// The keys and counters, detached for a snapshot: a copy of the stripe pointers.
     pub fn cut(&self) -> FenceRegister {
         FenceRegister {
             keys: self.keys.clone(),

@@ -15,7 +15,7 @@ pub mod error;
 pub mod event;
 pub mod fence;
 pub mod item;
-pub mod keys;
+pub mod keyspace;
 pub mod machine;
 pub mod op;
 pub mod snapshot;
@@ -28,7 +28,7 @@ pub use error::LockError;
 pub use event::Event;
 pub use fence::FenceStats;
 pub use item::SnapshotItem;
-pub use keys::KeyType;
+pub use keyspace::KeyType;
 pub use machine::{Applied, StateMachine};
 pub use op::{
     AcquireAllResult, AcquireResult, CancelAllResult, CancelResult, HoldingRef, Op, OpResult, Read,
@@ -43,4 +43,4 @@ pub use v1::V1Change;
 pub const MAX_TOKEN: u64 = i64::MAX as u64;
 
 mod name;
-mod shards;
+mod stripes;

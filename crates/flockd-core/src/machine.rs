@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use crate::fence::FenceRegister;
 use crate::item::SnapshotItem;
-use crate::keys::{FENCE_SPACE, KeyType};
+use crate::keyspace::{FENCE_SPACE, KeyType};
 use crate::snapshot::Snapshot;
 use crate::table::{Acquire, AcquireAll, LockTable, ScanFilter, V1HoldingChange};
 use crate::{
@@ -207,7 +207,7 @@ impl StateMachine {
     }
 
     /// TYPE: what `key` is, `None` when it is neither a lock name nor a fence key. A name that
-    /// is both is a fence key (see [`crate::keys`]).
+    /// is both is a fence key (see [`crate::keyspace`]).
     pub fn key_type(&self, key: &[u8]) -> Option<KeyType> {
         if self.fences.contains(key) {
             Some(KeyType::Fence)
@@ -293,7 +293,7 @@ impl StateMachine {
     /// Zeroes the event counts (not the gauges): after a replay, so INFO counts this run.
     pub fn reset_stats(&mut self) {
         let c = &mut self.locks.counters;
-        *c = crate::table::Counters {
+        *c = crate::table::LockCounters {
             locks_held: c.locks_held,
             waiters: c.waiters,
             ..Default::default()
@@ -355,7 +355,7 @@ impl StateMachine {
 
     // ------------------------------------------------------------------------- snapshots
 
-    /// The state now, detached: costs a copy of the shard pointers, so it can be taken under
+    /// The state now, detached: costs a copy of the stripe pointers, so it can be taken under
     /// the machine's lock and written out while apply goes on.
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {

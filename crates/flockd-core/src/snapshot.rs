@@ -1,7 +1,7 @@
 //! Snapshots: the whole state at one log position, as items that rebuild it.
 //!
-//! A [`Snapshot`] is taken in an instant (a copy of the tables' shard pointers, see
-//! `shards`), so apply goes on while it is written out: an AOF rewrite writes one, and a Raft
+//! A [`Snapshot`] is taken in an instant (a copy of the tables' stripe pointers, see
+//! `stripes`), so apply goes on while it is written out: an AOF rewrite writes one, and a Raft
 //! snapshot will be the same items. Every item is absolute (it carries the state it sets), so
 //! items of different names may be restored in any order; a name's waiters keep theirs.
 

@@ -21,7 +21,7 @@ use flockd_core::{
 use proptest::prelude::*;
 use proptest::sample::Index;
 
-/// `a` and `n46` fall into one shard of the table, so same-shard iteration is exercised.
+/// `a` and `n46` fall into one stripe of the table, so same-stripe iteration is exercised.
 const NAMES: [&[u8]; 3] = [b"a", b"b", b"n46"];
 const OWNERS: [Option<&[u8]>; 3] = [None, Some(b"x"), Some(b"y")];
 const KEYS: [&[u8]; 2] = [b"f", b"g"];

@@ -1,5 +1,5 @@
 //! FLOCK.SCAN's walk in the core: every name once in a quiet table, every name that stays
-//! through the walk at least once while names come and go and the shards grow, HELD, and the
+//! through the walk at least once while names come and go and the stripes grow, HELD, and the
 //! same cursor going on in a machine rebuilt from a snapshot.
 
 mod common;
@@ -43,7 +43,7 @@ fn a_quiet_table_is_walked_once_each_name() {
 fn names_that_stay_are_returned_while_others_come_and_go() {
     let mut log = Log::new();
     // 0..2000 stay the whole walk; 2000..4000 are forgotten during it; new ones come from 4000
-    // on, enough to make every shard grow several times.
+    // on, enough to make every stripe grow several times.
     for i in 0..4000 {
         log.create(name(i));
     }

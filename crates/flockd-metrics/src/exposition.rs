@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 
 use crate::snapshot::{HistogramData, MetricsSnapshot};
 
-/// Where the figures come from, asked once per scrape.
+/// Where the metrics come from, asked once per scrape.
 pub trait MetricsSource: Send + Sync + 'static {
     fn snapshot(&self) -> MetricsSnapshot;
     /// `Ok` when the server can serve (the AOF is loaded, and later: a leader is known), or
@@ -347,7 +347,7 @@ impl Collector for SnapshotCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{CommandErrors, CommandFigures};
+    use crate::snapshot::{CommandErrors, CommandMetrics};
 
     struct Fixed(MetricsSnapshot);
 
@@ -367,7 +367,7 @@ mod tests {
         let snapshot = MetricsSnapshot {
             version: "0.1.0".into(),
             connected_clients: 3,
-            commands: vec![CommandFigures {
+            commands: vec![CommandMetrics {
                 command: "flock.acquire".into(),
                 calls: 7,
                 duration,

@@ -44,9 +44,9 @@ impl HistogramData {
     }
 }
 
-/// One command's figures (`command` is its lower-case name, as in COMMAND and INFO).
+/// One command's metrics (`command` is its lower-case name, as in COMMAND and INFO).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct CommandFigures {
+pub struct CommandMetrics {
     pub command: String,
     pub calls: u64,
     pub duration: HistogramData,
@@ -71,7 +71,7 @@ pub struct MetricsSnapshot {
     pub blocked_clients: u64,
     /// flockd_commands_total{command}, flockd_command_duration_seconds{command}: the
     /// commands called at least once
-    pub commands: Vec<CommandFigures>,
+    pub commands: Vec<CommandMetrics>,
     /// flockd_command_errors_total{command,error}: every command, every error kind
     pub command_errors: Vec<CommandErrors>,
     /// flockd_lock_names, flockd_locks_held, flockd_lock_waiters
@@ -108,12 +108,12 @@ pub struct MetricsSnapshot {
     pub memory_used_bytes: u64,
     pub memory_rss_bytes: u64,
     /// The flockd_raft_* series: only a cluster node has them.
-    pub raft: Option<RaftFigures>,
+    pub raft: Option<RaftMetrics>,
 }
 
-/// A cluster node's Raft figures.
+/// A cluster node's Raft metrics.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct RaftFigures {
+pub struct RaftMetrics {
     /// flockd_raft_term, flockd_raft_is_leader, flockd_raft_commit_index,
     /// flockd_raft_applied_index
     pub term: u64,

@@ -11,12 +11,12 @@
 //!   or an in-memory network for in-process clusters); every connection starts with both
 //!   ends' [`identity`], so a member back with a wiped dir is refused.
 //! * [`node`]: a running node: proposing (forwarding to the leader, retrying after a leader
-//!   change), taking office, membership, and the view ROLE and INFO show; [`figures`], what
+//!   change), taking office, membership, and the view ROLE and INFO show; [`counters`], what
 //!   it counts for the metrics port.
 
+pub mod counters;
 pub mod dedup;
 pub mod error;
-pub mod figures;
 pub mod identity;
 pub mod log_store;
 pub mod network;
@@ -28,8 +28,8 @@ pub mod state_machine;
 pub mod transport;
 pub mod types;
 
+pub use counters::{LOG_FSYNC_SECONDS_BOUNDS, PROPOSAL_SECONDS_BOUNDS, RaftStats};
 pub use error::StartError;
-pub use figures::{LOG_FSYNC_SECONDS_BOUNDS, PROPOSAL_SECONDS_BOUNDS, RaftFiguresRead};
 pub use flockd_log::{ProposalResult, ProposeError};
 pub use node::{Cluster, ClusterSettings, ClusterView, Member, Role};
 pub use peers::{Peer, parse_addr, parse_peers};

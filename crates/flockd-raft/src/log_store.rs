@@ -24,7 +24,7 @@ use raft_log::api::raft_log_writer::RaftLogWriter;
 use raft_log::codeq::{Decode, Encode};
 use raft_log::{RaftLog, Types};
 
-use crate::figures::LogFsyncDurations;
+use crate::counters::LogFsyncDurations;
 use crate::types::{EntryPayload, FlockRaft, LeaderId, LogId, RaftEntry, Vote};
 
 /// raft-log's flush worker syncs what it has at once: its default gathering wait, 1 ms, added a

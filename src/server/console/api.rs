@@ -1,5 +1,5 @@
 //! The console's JSON: this node and the cluster with the charts' samples (`overview`), the
-//! hottest locks (`hot`, FLOCK.HOT's figures) and the held locks by name prefix (`locks`, a
+//! hottest locks (`hot`, FLOCK.HOT's counts) and the held locks by name prefix (`locks`, a
 //! FLOCK.SCAN HELD walk with FLOCK.HOLDERS for each name), all filtered by the user's key
 //! patterns. Tokens are strings: a token goes up to 2^63-1, past what a JavaScript number
 //! holds exactly.

@@ -49,7 +49,7 @@ impl Console {
         }
     }
 
-    /// The server is up: the console serves it, and samples its figures for the charts.
+    /// The server is up: the console serves it, and samples its stats for the charts.
     pub fn serving(&self, shared: Arc<Shared>) {
         if self.shared.set(shared.clone()).is_ok() {
             tokio::spawn(history::sample(shared, self.history.clone()));

@@ -18,7 +18,7 @@
 //!
 //! **Rewrite.** Between two batches (everything taken is applied) the writer notes the last
 //! position S; a rewrite thread takes a [`Snapshot`] from the applier (at some position P >= S:
-//! a copy of shard pointers, so apply goes on) and writes it to `<path>.rewrite.tmp`, synced.
+//! a copy of stripe pointers, so apply goes on) and writes it to `<path>.rewrite.tmp`, synced.
 //! Every entry above S meanwhile goes to the old file as usual *and*, once written, is copied
 //! (already encoded) into a tail buffer. When the snapshot is done the writer, between two
 //! batches, appends the tail to the temporary file, syncs it, renames it over the AOF, syncs the

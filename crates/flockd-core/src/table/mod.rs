@@ -6,7 +6,7 @@
 //! [`crate::StateMachine::apply`] (or by restore), in log order.
 
 mod deadlines;
-mod entry;
+mod lock_state;
 mod multi;
 mod scan;
 #[cfg(test)]
@@ -16,10 +16,10 @@ use bytes::Bytes;
 
 use crate::conditions::{Conditions, Mode};
 use crate::item::SnapshotItem;
-use crate::shards::Shards;
+use crate::stripes::Stripes;
 use crate::{Event, HoldingRef, MAX_TOKEN, Millis, WaitId};
 use deadlines::Deadlines;
-use entry::{EntryCtx, Holding, LockEntry, Waiter};
+use lock_state::{Holding, LockCtx, LockState, Waiter};
 pub(crate) use multi::AcquireAll;
 use multi::MultiWaiters;
 pub use scan::ScanFilter;
@@ -69,7 +69,7 @@ pub struct HolderStatus {
     pub session: bool,
 }
 
-/// Counters for INFO's `locks` section.
+/// Counts for INFO's `locks` section.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LockStats {
     pub names: u64,
@@ -90,7 +90,7 @@ pub struct LockStats {
 /// Two gauges (kept exact by every change) and event counts since the start or the last reset.
 /// Not part of the replicated state: a replica that replayed more history counts more.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Counters {
+pub(crate) struct LockCounters {
     pub locks_held: u64,
     pub waiters: u64,
     pub tokens_issued: u64,
@@ -105,8 +105,8 @@ pub(crate) struct Counters {
 
 #[derive(Default)]
 pub(crate) struct LockTable {
-    /// Keyed by name; copy-on-write shards so a snapshot costs a copy of 256 pointers.
-    entries: Shards<LockEntry>,
+    /// Keyed by name; copy-on-write stripes so a snapshot costs a copy of 256 pointers.
+    entries: Stripes<LockState>,
     /// Lease deadlines: (deadline, name, the holding's first token). Items may be stale
     /// (renewed, released, another holding since); whoever pops one checks the entry. Derived
     /// from the entries, so not part of any snapshot.
@@ -115,7 +115,7 @@ pub(crate) struct LockTable {
     multi: MultiWaiters,
     /// Set when a push made the earliest deadline earlier: the expiry task must wake.
     deadline_moved_earlier: bool,
-    pub counters: Counters,
+    pub counters: LockCounters,
     /// Every name's counter is at least this (raised when idle names are forgotten).
     pub floor: u64,
 }
@@ -129,7 +129,7 @@ impl LockTable {
         at: Millis,
         create: bool,
         events: &mut Vec<Event>,
-        op: impl FnOnce(&mut LockEntry, &mut EntryCtx<'_>) -> R,
+        op: impl FnOnce(&mut LockState, &mut LockCtx<'_>) -> R,
     ) -> Option<R> {
         let floor = self.floor;
         let entry = if create {
@@ -139,7 +139,7 @@ impl LockTable {
         };
         entry.touch();
         let was_idle = entry.is_idle();
-        let mut ctx = EntryCtx {
+        let mut ctx = LockCtx {
             name,
             at,
             floor,
@@ -597,7 +597,7 @@ impl LockTable {
 
     // ------------------------------------------------------------------------- snapshots
 
-    /// The entries and the floor as they are now (shard pointers copied), without the index.
+    /// The entries and the floor as they are now (stripe pointers copied), without the index.
     pub fn cut(&self) -> LockTable {
         LockTable {
             entries: self.entries.clone(),

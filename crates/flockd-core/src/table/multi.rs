@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 
 use super::LockTable;
-use super::entry::{LockEntry, Readiness};
+use super::lock_state::{LockState, Readiness};
 use crate::conditions::{Conditions, Mode};
 use crate::item::SnapshotItem;
 use crate::{AcquireAllResult, CancelAllResult, Event, Millis, WaitId};
@@ -106,7 +106,7 @@ impl LockTable {
         let floor = self.floor;
         match self.entries.get(name) {
             Some(entry) => entry.readiness(owner, Mode::Exclusive, at, floor),
-            None => LockEntry::new(floor).readiness(owner, Mode::Exclusive, at, floor),
+            None => LockState::new(floor).readiness(owner, Mode::Exclusive, at, floor),
         }
     }
 

@@ -1,21 +1,21 @@
 //! FLOCK.SCAN: walking the lock table a few names per call, with Redis's cursor guarantee, on
-//! the table's own order (see [`crate::shards`]). A name present for the whole walk is returned once (twice never,
+//! the table's own order (see [`crate::stripes`]). A name present for the whole walk is returned once (twice never,
 //! unless it was forgotten and created again).
 
 use bytes::Bytes;
 
 use super::LockTable;
-use super::entry::LockEntry;
+use super::lock_state::LockState;
 use crate::Millis;
-use crate::shards::Shards;
+use crate::stripes::Stripes;
 
 /// The entry of `name`, created if it is new.
 pub(super) fn entry_or_new<'a>(
-    entries: &'a mut Shards<LockEntry>,
+    entries: &'a mut Stripes<LockState>,
     name: &[u8],
     floor: u64,
-) -> &'a mut LockEntry {
-    entries.get_or_insert_with(name, || LockEntry::new(floor))
+) -> &'a mut LockState {
+    entries.get_or_insert_with(name, || LockState::new(floor))
 }
 
 /// Which names a FLOCK.SCAN call returns.
@@ -44,7 +44,7 @@ impl LockTable {
         (next.unwrap_or(0), names)
     }
 
-    /// Visits the names from place `cursor` on (see [`Shards::walk`]): SCAN's walk of the
+    /// Visits the names from place `cursor` on (see [`Stripes::walk`]): SCAN's walk of the
     /// lock names, which filters them against the fence keys.
     pub(crate) fn walk_names(
         &self,

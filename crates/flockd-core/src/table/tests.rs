@@ -881,7 +881,7 @@ fn acquire_release_churn_does_not_grow_the_index() {
     assert_eq!(l.sm.due_leases(t(1000), 16), vec![]);
     assert_eq!(l.sm.scheduled_deadlines(), 0);
     // An idle name is a counter, a deadline mark and a null pointer.
-    assert_eq!(std::mem::size_of::<super::entry::LockEntry>(), 24);
+    assert_eq!(std::mem::size_of::<super::lock_state::LockState>(), 24);
 }
 
 /// Core bug: a due lease is scheduled again at `deadline + 1` so that a lost Expire is found
@@ -2015,16 +2015,16 @@ fn first_format_records_restore_holdings_and_counters_and_rearm_gives_full_lease
 }
 
 /// Core bug: a re-arm emits its events in the order the table iterates, and two names in the
-/// same shard iterate in an order that depends on the shard's per-process hash seed (and on
+/// same stripe iterate in an order that depends on the stripe's per-process hash seed (and on
 /// its history), so two machines that applied the same log can emit a re-arm's `WaitEnded`
 /// events in different orders.
 #[test]
 fn rearm_events_are_the_same_on_every_machine() {
-    // Names that fall into one shard.
-    let shard = crate::shards::shard_of(b"a");
+    // Names that fall into one stripe.
+    let stripe = crate::stripes::stripe_of(b"a");
     let names: Vec<Bytes> = (0..10_000)
         .map(|i| Bytes::from(format!("n{i}")))
-        .filter(|n| crate::shards::shard_of(n) == shard)
+        .filter(|n| crate::stripes::stripe_of(n) == stripe)
         .take(3)
         .chain([b("a")])
         .collect();

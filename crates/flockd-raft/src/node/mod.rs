@@ -38,8 +38,8 @@ use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
+use crate::counters::{RaftCounters, RaftStats};
 use crate::error::StartError;
-use crate::figures::{RaftFigures, RaftFiguresRead};
 use crate::identity::{Identities, Identity};
 use crate::log_store::{LogStore, node as basic_node};
 use crate::network::{Forwarded, NetworkFactory, Peers, ReadPoint, Request, Response};
@@ -116,7 +116,7 @@ struct Node {
     last_append: parking_lot::Mutex<Option<Instant>>,
     /// This node's dir id and the ones it saw of its peers.
     identities: Arc<Identities>,
-    figures: RaftFigures,
+    counters: RaftCounters,
     /// Set once this node knows it was removed from the cluster (see `members`); the flag is
     /// what every command checks.
     removed: std::sync::atomic::AtomicBool,
@@ -320,7 +320,7 @@ impl Cluster {
             stamping: std::sync::atomic::AtomicBool::new(false),
             last_append: parking_lot::Mutex::new(None),
             identities,
-            figures: RaftFigures::default(),
+            counters: RaftCounters::default(),
             removed: std::sync::atomic::AtomicBool::new(false),
             removal: parking_lot::Mutex::new(None),
         });
@@ -443,8 +443,8 @@ impl Cluster {
 
     /// Leader changes seen, commands forwarded, proposal durations, the log's fsync waits: for
     /// the metrics port.
-    pub fn figures(&self) -> RaftFiguresRead {
-        self.node.figures.read(self.node.log.fsyncs())
+    pub fn stats(&self) -> RaftStats {
+        self.node.counters.read(self.node.log.fsyncs())
     }
 
     pub async fn shutdown(&self) {

@@ -67,7 +67,7 @@ pub(super) async fn count_leader_changes(node: Arc<Node>) {
     while metrics.changed().await.is_ok() {
         let current = metrics.borrow_watched().current_leader;
         if current.is_some() && current != known {
-            node.figures.leader_changed();
+            node.counters.leader_changed();
             known = current;
         }
     }

@@ -141,7 +141,7 @@ impl Node {
                         .unwrap_or_else(|_| Forwarded::Failed(UNACKNOWLEDGED_WRITE.to_owned()))
                 }
                 Some(id) => {
-                    self.figures.forwarded(ops.len());
+                    self.counters.forwarded(ops.len());
                     tokio::select! {
                         outcome = self.forward(id, proposal, deadline - now) => outcome,
                         () = leader_moved_from(self.raft.server_metrics(), id) => {
@@ -155,7 +155,7 @@ impl Node {
                 // Applied on the leader: this node's own apply answers the client (or, should
                 // it come too late, the pending table does at the deadline).
                 Forwarded::Committed => {
-                    self.figures.proposal_committed(proposed.elapsed());
+                    self.counters.proposal_committed(proposed.elapsed());
                     return;
                 }
                 Forwarded::NotLeader { leader } => last_why = not_leading(leader),

@@ -1,7 +1,7 @@
 //! SCAN and TYPE: lock names and fence keys seen as one Redis keyspace.
 //!
 //! The two live in separate tables, and a name may be both. A SCAN walk goes through the lock
-//! names, then the fence keys, each in its table's walk order ([`crate::shards`]); the
+//! names, then the fence keys, each in its table's walk order ([`crate::stripes`]); the
 //! cursor's top bit says which of the two the walk is in (places are below 2^63). Each name has
 //! one type, and the walk lists it in that type's space only: a name that is both is a `fence`.
 //! Fence keys are never removed while lock names can be forgotten when idle, so `fence` is the

@@ -1,11 +1,11 @@
-//! A map from names to values, split into shards that are each behind an `Arc`, so that a
-//! snapshot of the whole map is a copy of the shard pointers: apply never waits for a snapshot
-//! to be written out. The first write to a shard a snapshot still holds copies that shard (one
+//! A map from names to values, split into stripes that are each behind an `Arc`, so that a
+//! snapshot of the whole map is a copy of the stripe pointers: apply never waits for a snapshot
+//! to be written out. The first write to a stripe a snapshot still holds copies that stripe (one
 //! 256th of the map), like the pages of a forked Redis.
 //!
-//! Every key has a place: its shard in the top 8 of 63 bits, then 55 more bits of its hash,
+//! Every key has a place: its stripe in the top 8 of 63 bits, then 55 more bits of its hash,
 //! from a hash with a fixed seed, so the same on every machine and for the life of the key.
-//! Each shard is ordered by (place, name), so the whole map is in place order, and that order
+//! Each stripe is ordered by (place, name), so the whole map is in place order, and that order
 //! is also SCAN's walk: a cursor is a place, and a walk from it never skips a key that stays
 //! (what SCAN and FLOCK.SCAN promise) whatever else is inserted or removed meanwhile. A hash
 //! table would find a key with one or two fewer cache misses, but its order changes when it
@@ -20,35 +20,35 @@ use std::sync::Arc;
 
 use crate::name::Name;
 
-pub(crate) const SHARDS: usize = 256;
+pub(crate) const STRIPES: usize = 256;
 
-/// Bits of a place below the shard's.
+/// Bits of a place below the stripe's.
 const SHARD_SHIFT: u32 = 55;
 
-type Shard<V> = BTreeMap<(u64, Name), V>;
+type Stripe<V> = BTreeMap<(u64, Name), V>;
 
 #[derive(Clone)]
-pub(crate) struct Shards<V: Clone> {
-    shards: Box<[Arc<Shard<V>>]>,
+pub(crate) struct Stripes<V: Clone> {
+    stripes: Box<[Arc<Stripe<V>>]>,
 }
 
-impl<V: Clone> Default for Shards<V> {
+impl<V: Clone> Default for Stripes<V> {
     fn default() -> Self {
-        Shards {
-            shards: (0..SHARDS).map(|_| Arc::new(Shard::default())).collect(),
+        Stripes {
+            stripes: (0..STRIPES).map(|_| Arc::new(Stripe::default())).collect(),
         }
     }
 }
 
 const SEED: foldhash::fast::FixedState = foldhash::fast::FixedState::with_seed(0x666c_6f63_6b64);
 
-/// Which shard a key lives in.
+/// Which stripe a key lives in.
 #[cfg(test)]
-pub(crate) fn shard_of(key: &[u8]) -> usize {
-    shard_of_place(place_of(key))
+pub(crate) fn stripe_of(key: &[u8]) -> usize {
+    stripe_of_place(place_of(key))
 }
 
-fn shard_of_place(place: u64) -> usize {
+fn stripe_of_place(place: u64) -> usize {
     (place >> SHARD_SHIFT) as usize
 }
 
@@ -57,7 +57,7 @@ fn shard_of_place(place: u64) -> usize {
 /// bit and still fit Redis's 64-bit cursors.
 pub(crate) fn place_of(key: &[u8]) -> u64 {
     let hash = SEED.hash_one(key);
-    ((hash % SHARDS as u64) << SHARD_SHIFT) | (hash >> 9)
+    ((hash % STRIPES as u64) << SHARD_SHIFT) | (hash >> 9)
 }
 
 /// The smallest key at `place`: the empty name sorts first.
@@ -65,31 +65,31 @@ fn first_at(place: u64) -> (u64, Name) {
     (place, Name::from(&b""[..]))
 }
 
-impl<V: Clone> Shards<V> {
+impl<V: Clone> Stripes<V> {
     pub fn get(&self, key: &[u8]) -> Option<&V> {
         let place = place_of(key);
-        let shard = &self.shards[shard_of_place(place)];
+        let stripe = &self.stripes[stripe_of_place(place)];
         if Name::is_inline(key) {
             // An inline name is built without an allocation: one plain descent.
-            return shard.get(&(place, Name::from(key)));
+            return stripe.get(&(place, Name::from(key)));
         }
-        at_place(shard, place)
+        at_place(stripe, place)
             .find(|((_, name), _)| name.as_bytes() == key)
             .map(|(_, value)| value)
     }
 
     pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut V> {
         let place = place_of(key);
-        let shard = &mut self.shards[shard_of_place(place)];
-        // A shard a snapshot shares is copied only for a key it holds.
-        if Arc::get_mut(shard).is_none() && !contains(shard, place, key) {
+        let stripe = &mut self.stripes[stripe_of_place(place)];
+        // A stripe a snapshot shares is copied only for a key it holds.
+        if Arc::get_mut(stripe).is_none() && !contains(stripe, place, key) {
             return None;
         }
-        let shard = Arc::make_mut(shard);
+        let stripe = Arc::make_mut(stripe);
         if Name::is_inline(key) {
-            return shard.get_mut(&(place, Name::from(key)));
+            return stripe.get_mut(&(place, Name::from(key)));
         }
-        shard
+        stripe
             .range_mut(first_at(place)..first_at(place + 1))
             .find(|((_, name), _)| name.as_bytes() == key)
             .map(|(_, value)| value)
@@ -97,41 +97,41 @@ impl<V: Clone> Shards<V> {
 
     pub fn get_or_insert_with(&mut self, key: &[u8], make: impl FnOnce() -> V) -> &mut V {
         let place = place_of(key);
-        let shard = Arc::make_mut(&mut self.shards[shard_of_place(place)]);
+        let stripe = Arc::make_mut(&mut self.stripes[stripe_of_place(place)]);
         // A long name would be boxed just to be looked up: look first, box only a new one.
-        if !Name::is_inline(key) && contains(shard, place, key) {
-            return shard
+        if !Name::is_inline(key) && contains(stripe, place, key) {
+            return stripe
                 .range_mut(first_at(place)..first_at(place + 1))
                 .find(|((_, name), _)| name.as_bytes() == key)
                 .map(|(_, value)| value)
                 .expect("checked above");
         }
-        shard.entry((place, Name::from(key))).or_insert_with(make)
+        stripe.entry((place, Name::from(key))).or_insert_with(make)
     }
 
     pub fn remove(&mut self, key: &[u8]) -> Option<V> {
         let place = place_of(key);
-        let shard = &mut self.shards[shard_of_place(place)];
-        if !contains(shard, place, key) {
+        let stripe = &mut self.stripes[stripe_of_place(place)];
+        if !contains(stripe, place, key) {
             return None;
         }
-        Arc::make_mut(shard).remove(&(place, Name::from(key)))
+        Arc::make_mut(stripe).remove(&(place, Name::from(key)))
     }
 
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.len()).sum()
+        self.stripes.iter().map(|s| s.len()).sum()
     }
 
     /// Every key and value, in place order.
     pub fn iter(&self) -> impl Iterator<Item = (&Name, &V)> {
-        self.shards
+        self.stripes
             .iter()
             .flat_map(|s| s.iter().map(|((_, name), value)| (name, value)))
     }
 
-    /// Every key and value, writable (copying the shards a snapshot still holds).
+    /// Every key and value, writable (copying the stripes a snapshot still holds).
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Name, &mut V)> {
-        self.shards.iter_mut().flat_map(|s| {
+        self.stripes.iter_mut().flat_map(|s| {
             Arc::make_mut(s)
                 .iter_mut()
                 .map(|((_, name), value)| (name, value))
@@ -145,9 +145,9 @@ impl<V: Clone> Shards<V> {
     pub fn walk(&self, cursor: u64, count: usize, mut visit: impl FnMut(&[u8], &V)) -> Option<u64> {
         let mut looked = 0;
         let mut last = None;
-        let first_shard = shard_of_place(cursor);
-        for shard in self.shards.get(first_shard..)?.iter() {
-            for ((place, name), value) in shard.range(first_at(cursor)..) {
+        let first_shard = stripe_of_place(cursor);
+        for stripe in self.stripes.get(first_shard..)?.iter() {
+            for ((place, name), value) in stripe.range(first_at(cursor)..) {
                 if looked >= count.max(1)
                     && let Some(last) = last
                     && last != *place
@@ -165,18 +165,18 @@ impl<V: Clone> Shards<V> {
 }
 
 /// The entries of one place: almost always none or one.
-fn at_place<V>(shard: &Shard<V>, place: u64) -> impl Iterator<Item = (&(u64, Name), &V)> {
-    shard.range((
+fn at_place<V>(stripe: &Stripe<V>, place: u64) -> impl Iterator<Item = (&(u64, Name), &V)> {
+    stripe.range((
         Bound::Included(first_at(place)),
         Bound::Excluded(first_at(place + 1)),
     ))
 }
 
-fn contains<V>(shard: &Shard<V>, place: u64, key: &[u8]) -> bool {
+fn contains<V>(stripe: &Stripe<V>, place: u64, key: &[u8]) -> bool {
     if Name::is_inline(key) {
-        return shard.contains_key(&(place, Name::from(key)));
+        return stripe.contains_key(&(place, Name::from(key)));
     }
-    at_place(shard, place).any(|((_, name), _)| name.as_bytes() == key)
+    at_place(stripe, place).any(|((_, name), _)| name.as_bytes() == key)
 }
 
 #[cfg(test)]
@@ -194,7 +194,7 @@ mod tests {
 
     #[test]
     fn keys_short_and_long_are_found_changed_and_removed_by_their_bytes() {
-        let mut map = Shards::<usize>::default();
+        let mut map = Stripes::<usize>::default();
         for i in 0..3000 {
             *map.get_or_insert_with(&key(i), || 0) += i;
         }
@@ -217,12 +217,12 @@ mod tests {
 
     #[test]
     fn a_snapshot_keeps_its_shards_as_they_were() {
-        let mut map = Shards::<usize>::default();
+        let mut map = Stripes::<usize>::default();
         map.get_or_insert_with(b"a", || 1);
         let snapshot = map.clone();
         *map.get_mut(b"a").unwrap() = 2;
         map.get_or_insert_with(b"b", || 3);
-        // A miss does not copy the shard it looked in.
+        // A miss does not copy the stripe it looked in.
         assert!(map.get_mut(b"c").is_none());
         assert_eq!((snapshot.get(b"a"), snapshot.get(b"b")), (Some(&1), None));
         assert_eq!((map.get(b"a"), map.get(b"b")), (Some(&2), Some(&3)));
@@ -230,7 +230,7 @@ mod tests {
 
     #[test]
     fn a_walk_visits_every_key_once_in_place_order_across_calls() {
-        let mut map = Shards::<usize>::default();
+        let mut map = Stripes::<usize>::default();
         for i in 0..2000 {
             map.get_or_insert_with(&key(i), || i);
         }

@@ -4,7 +4,7 @@
 //! flag's `--help` text) and how CONFIG GET shows it. From the table come the [`Settings`]
 //! struct (clap flags, variables and serde file keys), its merge ([`Settings::or`]), the
 //! defaults ([`Settings::defaults`], and so `Config::default()`), the CONFIG GET list
-//! (`Config::entries`) and CONFIG SET's mutability check ([`Key::change`]). The tests at the
+//! (`Config::entries`) and CONFIG SET's mutability check ([`Parameter::change`]). The tests at the
 //! bottom check the rest against it: `config/flockd.toml` and the README's configuration table.
 //!
 //! Adding a key: one entry below, its check in `Settings::checked` (mod.rs) and its field in
@@ -32,7 +32,7 @@ pub enum Change {
 
 /// One configuration key, as the table declares it.
 #[derive(Clone, Copy)]
-pub struct Key {
+pub struct Parameter {
     /// The TOML key, `--flag` and CONFIG GET/SET name.
     pub name: &'static str,
     /// The type the flag, variable and file value are read as; `None` for the Redis keys
@@ -53,7 +53,7 @@ pub struct Key {
     pub show: fn(&Config) -> String,
 }
 
-impl Key {
+impl Parameter {
     /// Whether the config file (and so a flag, a variable and CONFIG REWRITE) knows the key.
     pub fn in_file(&self) -> bool {
         self.rust_type.is_some()
@@ -61,8 +61,8 @@ impl Key {
 }
 
 /// The key called `name` (case-sensitive; CONFIG SET lowercases first).
-pub fn key(name: &str) -> Option<&'static Key> {
-    KEYS.iter().find(|k| k.name == name)
+pub fn parameter(name: &str) -> Option<&'static Parameter> {
+    PARAMETERS.iter().find(|k| k.name == name)
 }
 
 fn yes_no(on: bool) -> String {
@@ -83,7 +83,10 @@ fn port_text(port: Option<u16>) -> String {
 fn cluster_text(config: &Config, name: &str, value: impl Fn(&ClusterConfig) -> String) -> String {
     match &config.cluster {
         Some(cluster) => value(cluster),
-        None => key(name).and_then(|k| k.default).unwrap_or("").to_string(),
+        None => parameter(name)
+            .and_then(|k| k.default)
+            .unwrap_or("")
+            .to_string(),
     }
 }
 
@@ -142,8 +145,8 @@ macro_rules! config_keys {
         }
 
         /// Every key, in CONFIG GET's order.
-        pub const KEYS: &[Key] = &[$(
-            Key {
+        pub const PARAMETERS: &[Parameter] = &[$(
+            Parameter {
                 name: $name,
                 rust_type: config_keys!(@opt $(stringify!($ty))?),
                 env: config_keys!(@opt $($env)?),
@@ -500,14 +503,14 @@ mod tests {
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
-    fn file_keys() -> impl Iterator<Item = &'static Key> {
-        KEYS.iter().filter(|k| k.in_file())
+    fn file_keys() -> impl Iterator<Item = &'static Parameter> {
+        PARAMETERS.iter().filter(|k| k.in_file())
     }
 
     #[test]
     fn names_variables_and_flags_follow_one_rule() {
         let mut seen = Vec::new();
-        for key in KEYS {
+        for key in PARAMETERS {
             assert!(!seen.contains(&key.name), "{} declared twice", key.name);
             seen.push(key.name);
             assert!(!key.help.is_empty(), "{} has no help", key.name);
@@ -534,9 +537,9 @@ mod tests {
         let config = Config::default();
         let entries = config.entries();
         let names: Vec<_> = entries.iter().map(|(k, _)| *k).collect();
-        let table: Vec<_> = KEYS.iter().map(|k| k.name).collect();
+        let table: Vec<_> = PARAMETERS.iter().map(|k| k.name).collect();
         assert_eq!(names, table);
-        for (key, (name, shown)) in KEYS.iter().zip(&entries) {
+        for (key, (name, shown)) in PARAMETERS.iter().zip(&entries) {
             if let Some(default) = key.default {
                 assert_eq!(shown, default, "{name}");
             }
@@ -586,7 +589,7 @@ mod tests {
         }
         for name in lines.keys() {
             assert!(
-                key(name).is_some_and(|k| k.in_file()),
+                parameter(name).is_some_and(|k| k.in_file()),
                 "config/flockd.toml names {name}, which is no key"
             );
         }
@@ -641,7 +644,7 @@ mod tests {
         }
         for name in rows.keys() {
             assert!(
-                key(name).is_some_and(|k| k.in_file()),
+                parameter(name).is_some_and(|k| k.in_file()),
                 "README.md's configuration table names {name}, which is no key"
             );
         }

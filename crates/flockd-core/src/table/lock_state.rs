@@ -11,22 +11,22 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use super::{Acquire, Counters};
+use super::{Acquire, LockCounters};
 use crate::conditions::{Conditions, Mode};
 use crate::{AcquireResult, CancelResult, Event, LockError, MAX_TOKEN, Millis, WaitId};
 
 /// What an operation on an entry needs from the table around it.
-pub(super) struct EntryCtx<'a> {
+pub(super) struct LockCtx<'a> {
     pub name: &'a Bytes,
     /// The op's time.
     pub at: Millis,
     /// The global counter floor.
     pub floor: u64,
-    pub counters: &'a mut Counters,
+    pub counters: &'a mut LockCounters,
     pub events: &'a mut Vec<Event>,
 }
 
-impl EntryCtx<'_> {
+impl LockCtx<'_> {
     fn event(&mut self, event: Event) {
         self.events.push(event);
     }
@@ -37,7 +37,7 @@ const RECENTLY_USED: u64 = 1 << 63;
 /// A lock name. Idle names (free, nobody waiting) are most of the table, so all the rest hides
 /// behind one optional box: an idle entry is a counter, a deadline mark and a null pointer.
 #[derive(Clone, Default)]
-pub(super) struct LockEntry {
+pub(super) struct LockState {
     /// Highest token issued or advanced to for this name (the floor aside: see [`Self::counter`]).
     pub last_token: u64,
     /// Bookkeeping for the deadline index, not state: the earliest deadline (ms) the index is
@@ -120,7 +120,7 @@ impl Waiter {
     }
 }
 
-/// What an acquire would get from an entry now (see [`LockEntry::readiness`]).
+/// What an acquire would get from an entry now (see [`LockState::readiness`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Readiness {
     Grant,
@@ -149,9 +149,9 @@ fn joins(holding: &Holding, mode: Mode) -> bool {
     holding.conditions.mode == Mode::Exclusive || holding.conditions.mode == mode
 }
 
-impl LockEntry {
+impl LockState {
     pub fn new(floor: u64) -> Self {
-        LockEntry {
+        LockState {
             last_token: floor,
             scheduled: 0,
             active: None,
@@ -265,7 +265,7 @@ impl LockEntry {
     }
 
     /// Ends every wait of `node`'s connections (see [`crate::Op::DropWaits`]); how many.
-    pub fn drop_waits_of(&mut self, node: u64, ctx: &mut EntryCtx<'_>) -> usize {
+    pub fn drop_waits_of(&mut self, node: u64, ctx: &mut LockCtx<'_>) -> usize {
         self.settle(ctx);
         let head = self.waiters().next().map(|w| w.wait);
         let dropped = self.drop_waiters(ctx, |w| w.node == node);
@@ -278,7 +278,7 @@ impl LockEntry {
 
     /// Drops the waiters whose wait is over at the op's time: their node may be gone, and the
     /// log never grants past a wait's deadline.
-    fn drop_lapsed_waiters(&mut self, ctx: &mut EntryCtx<'_>) {
+    fn drop_lapsed_waiters(&mut self, ctx: &mut LockCtx<'_>) {
         let at = ctx.at;
         if self.waiters().any(|w| w.lapsed_at(at)) {
             self.drop_waiters(ctx, |w| w.lapsed_at(at));
@@ -287,7 +287,7 @@ impl LockEntry {
 
     /// Takes the waiters `gone` picks out of the queue, each with its `WaitEnded` event (the
     /// parked connection, if any, learns its wait ended); how many.
-    fn drop_waiters(&mut self, ctx: &mut EntryCtx<'_>, gone: impl Fn(&Waiter) -> bool) -> usize {
+    fn drop_waiters(&mut self, ctx: &mut LockCtx<'_>, gone: impl Fn(&Waiter) -> bool) -> usize {
         let Some(active) = self.active.as_mut() else {
             return 0;
         };
@@ -310,7 +310,7 @@ impl LockEntry {
 
     /// Adds a holding after the others (a restore gives them in grant order), or replaces the
     /// one with the same first token (a first-format file records each reentrant grant).
-    pub fn push_holding(&mut self, holding: Holding, counters: &mut Counters) {
+    pub fn push_holding(&mut self, holding: Holding, counters: &mut LockCounters) {
         self.last_token = self.last_token.max(holding.token);
         let holdings = &mut self.active_mut().holdings;
         if let Some(same) = holdings
@@ -335,7 +335,7 @@ impl LockEntry {
         holdings.push(holding);
     }
 
-    pub fn push_waiter(&mut self, waiter: Waiter, counters: &mut Counters) {
+    pub fn push_waiter(&mut self, waiter: Waiter, counters: &mut LockCounters) {
         self.active_mut().waiters.push_back(waiter);
         counters.waiters += 1;
     }
@@ -345,7 +345,7 @@ impl LockEntry {
         active.delay_until = active.delay_until.max(until);
     }
 
-    fn remove_holding(&mut self, index: usize, counters: &mut Counters) -> Holding {
+    fn remove_holding(&mut self, index: usize, counters: &mut LockCounters) -> Holding {
         let holdings = &mut self.active_mut().holdings;
         let holding = holdings.remove(index);
         if holdings.is_empty() {
@@ -373,7 +373,7 @@ impl LockEntry {
     /// Brings the entry up to the op's time: expires every holding whose lease ran out (in grant
     /// order), ends a lock-delay that is over, and hands the lock to the waiters that fit now.
     /// Every op on an entry starts with it.
-    pub fn settle(&mut self, ctx: &mut EntryCtx<'_>) {
+    pub fn settle(&mut self, ctx: &mut LockCtx<'_>) {
         let mut index = 0;
         while index < self.holdings().len() {
             if self.holdings()[index].live_at(ctx.at) {
@@ -388,7 +388,7 @@ impl LockEntry {
     }
 
     /// Expires holding `index` (its lease ran out), starting its lock-delay.
-    fn expire_at(&mut self, index: usize, ctx: &mut EntryCtx<'_>) {
+    fn expire_at(&mut self, index: usize, ctx: &mut LockCtx<'_>) {
         let holding = self.remove_holding(index, ctx.counters);
         ctx.counters.expirations += 1;
         ctx.event(Event::Expired {
@@ -414,7 +414,7 @@ impl LockEntry {
     /// request joins its own holding (never queued) or is refused as an upgrade; a request that
     /// is admitted with nobody queued and no lock-delay is granted; otherwise `Busy`, or
     /// `Queued` if `wait`.
-    pub fn acquire(&mut self, request: Acquire<'_>, ctx: &mut EntryCtx<'_>) -> AcquireResult {
+    pub fn acquire(&mut self, request: Acquire<'_>, ctx: &mut LockCtx<'_>) -> AcquireResult {
         let result = self.try_acquire(request, ctx);
         if matches!(result, AcquireResult::Busy) {
             ctx.counters.busy += 1;
@@ -422,7 +422,7 @@ impl LockEntry {
         result
     }
 
-    fn try_acquire(&mut self, request: Acquire<'_>, ctx: &mut EntryCtx<'_>) -> AcquireResult {
+    fn try_acquire(&mut self, request: Acquire<'_>, ctx: &mut LockCtx<'_>) -> AcquireResult {
         let Acquire {
             wait_id,
             owner,
@@ -521,7 +521,7 @@ impl LockEntry {
         lease_ms: u64,
         conditions: Conditions,
         wait: Option<WaitId>,
-        ctx: &mut EntryCtx<'_>,
+        ctx: &mut LockCtx<'_>,
     ) -> Option<u64> {
         let (index, token) = match self.reentry(owner, conditions.mode) {
             Reentry::Into(index) => (index, self.grant_reentrant(index, lease_ms, None, ctx)?),
@@ -567,7 +567,7 @@ impl LockEntry {
         lease_ms: u64,
         conditions: Conditions,
         wait: Option<WaitId>,
-        ctx: &mut EntryCtx<'_>,
+        ctx: &mut LockCtx<'_>,
     ) -> Option<u64> {
         let token = self.issue(ctx.floor)?;
         ctx.counters.tokens_issued += 1;
@@ -599,7 +599,7 @@ impl LockEntry {
         index: usize,
         lease_ms: u64,
         wait: Option<WaitId>,
-        ctx: &mut EntryCtx<'_>,
+        ctx: &mut LockCtx<'_>,
     ) -> Option<u64> {
         if self.holdings().get(index)?.holds == u32::MAX {
             return None;
@@ -628,7 +628,7 @@ impl LockEntry {
     /// it is granted, and at once every later waiter of the same owner that joins its holding.
     /// So consecutive readers at the head are granted together, and a writer behind a reader
     /// stops the readers behind it.
-    fn handover(&mut self, ctx: &mut EntryCtx<'_>) {
+    fn handover(&mut self, ctx: &mut LockCtx<'_>) {
         if self.waiter_count() == 0 || self.delayed(ctx.at) {
             return;
         }
@@ -664,7 +664,7 @@ impl LockEntry {
 
     /// Grants the newest holding's owner's later waiters that join it, in queue order. False if
     /// the counter ran out.
-    fn grant_followers(&mut self, owner: &Option<Bytes>, ctx: &mut EntryCtx<'_>) -> bool {
+    fn grant_followers(&mut self, owner: &Option<Bytes>, ctx: &mut LockCtx<'_>) -> bool {
         let newest = self.holdings().len() - 1;
         let mut index = 0;
         while let Some(next) = self.active.as_ref().and_then(|a| a.waiters.get(index)) {
@@ -689,7 +689,7 @@ impl LockEntry {
         true
     }
 
-    fn check_owner(&self, token: u64, ctx: &mut EntryCtx<'_>) -> Result<usize, LockError> {
+    fn check_owner(&self, token: u64, ctx: &mut LockCtx<'_>) -> Result<usize, LockError> {
         self.holding_of(token).ok_or_else(|| {
             ctx.counters.notowner_rejections += 1;
             LockError::NotOwner {
@@ -703,7 +703,7 @@ impl LockEntry {
         &mut self,
         token: u64,
         lease_ms: u64,
-        ctx: &mut EntryCtx<'_>,
+        ctx: &mut LockCtx<'_>,
     ) -> Result<(), LockError> {
         self.settle(ctx);
         let index = self.check_owner(token, ctx)?;
@@ -721,14 +721,14 @@ impl LockEntry {
     }
 
     /// True when the holding `token` belongs to is gone (other holdings do not matter).
-    pub fn release(&mut self, token: u64, ctx: &mut EntryCtx<'_>) -> Result<bool, LockError> {
+    pub fn release(&mut self, token: u64, ctx: &mut LockCtx<'_>) -> Result<bool, LockError> {
         self.settle(ctx);
         let index = self.check_owner(token, ctx)?;
         Ok(self.release_one_hold(index, ctx))
     }
 
     /// Removes one hold of holding `index`; true if the holding is gone now.
-    pub fn release_one_hold(&mut self, index: usize, ctx: &mut EntryCtx<'_>) -> bool {
+    pub fn release_one_hold(&mut self, index: usize, ctx: &mut LockCtx<'_>) -> bool {
         ctx.counters.releases += 1;
         let holding = &mut self.holdings_mut()[index];
         holding.holds = holding.holds.saturating_sub(1);
@@ -752,7 +752,7 @@ impl LockEntry {
     }
 
     /// Removes every holding (starting any lock-delay they carry); how many it removed.
-    pub fn force_release(&mut self, ctx: &mut EntryCtx<'_>) -> usize {
+    pub fn force_release(&mut self, ctx: &mut LockCtx<'_>) -> usize {
         self.settle(ctx);
         let holdings = match self.active.as_mut() {
             Some(active) => std::mem::take(&mut active.holdings),
@@ -778,7 +778,7 @@ impl LockEntry {
 
     /// Releases every holding whose session matches (`None`: every session holding), each at
     /// once and whole, without lock-delay; how many.
-    pub fn end_sessions(&mut self, session: Option<u64>, ctx: &mut EntryCtx<'_>) -> usize {
+    pub fn end_sessions(&mut self, session: Option<u64>, ctx: &mut LockCtx<'_>) -> usize {
         self.settle(ctx);
         let mut ended = 0;
         let mut index = 0;
@@ -810,7 +810,7 @@ impl LockEntry {
         &mut self,
         wait: WaitId,
         release_if_granted: bool,
-        ctx: &mut EntryCtx<'_>,
+        ctx: &mut LockCtx<'_>,
     ) -> CancelResult {
         self.settle(ctx);
         if let Some(active) = self.active.as_mut()
@@ -840,7 +840,7 @@ impl LockEntry {
     /// Expires the holding `first_token` names if its deadline is not after the op's time (a
     /// renewal or a release may have come first), then serves the queue; true if it expired.
     /// First token 0 names no holding: the end of a lock-delay.
-    pub fn expire_holding(&mut self, first_token: u64, ctx: &mut EntryCtx<'_>) -> bool {
+    pub fn expire_holding(&mut self, first_token: u64, ctx: &mut LockCtx<'_>) -> bool {
         let due = self
             .holdings()
             .iter()
@@ -856,7 +856,7 @@ impl LockEntry {
     /// Every waiter is dropped; a holding whose lease had run out by the op's time expires (it
     /// was not live when the previous run stopped), any other gets the op's time plus its latest
     /// lease plus `extra_ms`. Returns (holdings re-armed, waiters dropped).
-    pub fn rearm(&mut self, extra_ms: u64, ctx: &mut EntryCtx<'_>) -> (usize, usize) {
+    pub fn rearm(&mut self, extra_ms: u64, ctx: &mut LockCtx<'_>) -> (usize, usize) {
         let Some(active) = self.active.as_mut() else {
             return (0, 0);
         };

@@ -77,15 +77,15 @@ impl Default for ProposalDurations {
 }
 
 #[derive(Default)]
-pub struct RaftFigures {
+pub struct RaftCounters {
     leader_changes: AtomicU64,
     forwarded_commands: AtomicU64,
     proposals: ProposalDurations,
 }
 
-/// A copy of the figures at one moment.
+/// A copy of the counters at one moment.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct RaftFiguresRead {
+pub struct RaftStats {
     pub leader_changes: u64,
     pub forwarded_commands: u64,
     /// Per-bucket counts (not cumulative) over [`PROPOSAL_SECONDS_BOUNDS`] and +Inf.
@@ -97,7 +97,7 @@ pub struct RaftFiguresRead {
     pub log_fsync_seconds_sum: f64,
 }
 
-impl RaftFigures {
+impl RaftCounters {
     pub fn leader_changed(&self) {
         self.leader_changes.fetch_add(1, Relaxed);
     }
@@ -110,12 +110,12 @@ impl RaftFigures {
         self.proposals.observe(took);
     }
 
-    /// The figures, with the log store's fsync waits (kept by the store, which outlives no
+    /// The counters, with the log store's fsync waits (kept by the store, which outlives no
     /// node but is opened before it).
-    pub fn read(&self, log_fsyncs: &LogFsyncDurations) -> RaftFiguresRead {
+    pub fn read(&self, log_fsyncs: &LogFsyncDurations) -> RaftStats {
         let (proposal_counts, proposal_seconds_sum) = self.proposals.read();
         let (log_fsync_counts, log_fsync_seconds_sum) = log_fsyncs.read();
-        RaftFiguresRead {
+        RaftStats {
             leader_changes: self.leader_changes.load(Relaxed),
             forwarded_commands: self.forwarded_commands.load(Relaxed),
             proposal_counts,
@@ -132,11 +132,11 @@ mod tests {
 
     #[test]
     fn a_proposal_lands_in_the_first_bucket_that_holds_it() {
-        let figures = RaftFigures::default();
-        figures.proposal_committed(Duration::from_micros(300));
-        figures.proposal_committed(Duration::from_millis(2));
-        figures.proposal_committed(Duration::from_secs(9));
-        let read = figures.read(&LogFsyncDurations::default());
+        let counters = RaftCounters::default();
+        counters.proposal_committed(Duration::from_micros(300));
+        counters.proposal_committed(Duration::from_millis(2));
+        counters.proposal_committed(Duration::from_secs(9));
+        let read = counters.read(&LogFsyncDurations::default());
         assert_eq!(read.proposal_counts[0], 1);
         assert_eq!(read.proposal_counts[2], 1);
         assert_eq!(read.proposal_counts[PROPOSAL_SECONDS_BOUNDS.len()], 1);

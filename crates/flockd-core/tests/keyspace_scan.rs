@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
 use common::Log;
-use flockd_core::keys::FENCE_SPACE;
+use flockd_core::keyspace::FENCE_SPACE;
 use flockd_core::{KeyType, StateMachine};
 
 fn name(i: usize) -> Bytes {
