@@ -311,28 +311,15 @@ fn get_keys(table: &[Meta], argv: &[Bytes], with_flags: bool) -> Reply {
     else {
         return Reply::error("ERR Invalid command specified");
     };
-    let (first, last, step) = meta.keys;
-    if first <= 0 && meta.more_keys.is_none() {
+    if meta.keys.0 <= 0 && meta.more_keys.is_none() {
         return Reply::error("ERR The command has no key arguments");
     }
     if !meta.arity_ok(argv.len()) {
         return Reply::error("ERR Invalid number of arguments specified for command");
     }
-    let argc = argv.len() as i64;
-    let (first, step) = (i64::from(first), i64::from(step.max(1)));
-    let last = if last < 0 {
-        argc + i64::from(last)
-    } else {
-        i64::from(last)
-    };
-    let fixed = (first.max(1)..=last.min(argc - 1))
-        .step_by(step as usize)
-        .filter(|_| first > 0)
-        .map(|i| i as usize);
-    let found = meta.more_keys.map_or_else(Vec::new, |find| find(argv));
     let flags = if meta.flags.write { "RW" } else { "RO" };
-    let keys = fixed
-        .chain(found)
+    let keys = meta
+        .key_positions(argv)
         .map(|i| {
             let key = Reply::Bulk(argv[i].clone());
             if with_flags {

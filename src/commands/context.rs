@@ -27,6 +27,9 @@ pub struct ConnState {
     /// clears it on the [`Outcome`]s of MULTI, EXEC, DISCARD and RESET.
     pub in_transaction: bool,
     pub subscriptions: Subscriptions,
+    /// READONLY: on a cluster node, reads for names it does not lead run here (current, as
+    /// any read here) rather than being redirected. READWRITE and RESET clear it.
+    pub readonly: bool,
 }
 
 impl ConnState {
@@ -45,6 +48,7 @@ impl ConnState {
             user,
             in_transaction: false,
             subscriptions: Subscriptions::default(),
+            readonly: false,
         }
     }
 

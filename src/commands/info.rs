@@ -1,5 +1,5 @@
-//! INFO [section ...]: server, clients, memory, persistence, stats, locks, commandstats and
-//! keyspace, in Redis's `# Section` / `field:value` format and section order, so monitoring
+//! INFO [section ...]: server, clients, memory, persistence, stats, replication, locks,
+//! commandstats, cluster and keyspace, in Redis's `# Section` / `field:value` format and section order, so monitoring
 //! that reads Redis's INFO (redis-cli --stat, prometheus-redis-exporter) can read flockd's.
 
 use std::fmt::Write;
@@ -23,6 +23,7 @@ const DEFAULT_SECTIONS: &[&str] = &[
     "stats",
     "replication",
     "locks",
+    "cluster",
     "keyspace",
 ];
 const ALL_SECTIONS: &[&str] = &[
@@ -34,6 +35,7 @@ const ALL_SECTIONS: &[&str] = &[
     "replication",
     "locks",
     "commandstats",
+    "cluster",
     "keyspace",
 ];
 
@@ -251,6 +253,11 @@ fn render(server: &dyn Server, section: &str, out: &mut String) {
                 );
             }
             log.replication_info(&mut |name, value| field(name, value));
+        }
+        "cluster" => {
+            field("# Cluster", &"");
+            let enabled = server.log().view().node_id.is_some();
+            field("cluster_enabled", &u8::from(enabled));
         }
         "locks" => {
             let (l, f, floor) = {

@@ -109,6 +109,29 @@ impl Meta {
         arity_ok(self.arity, argc)
     }
 
+    /// Where the keys are in `args` (the command's name is argument 0): those `keys` describes,
+    /// then those `more_keys` finds. ACL key checks, COMMAND GETKEYS and slot routing all read
+    /// keys through it.
+    pub fn key_positions<'a>(
+        &self,
+        args: &'a [bytes::Bytes],
+    ) -> impl Iterator<Item = usize> + use<'a> {
+        let argc = args.len() as i64;
+        let (first, last, step) = self.keys;
+        let (first, step) = (i64::from(first), i64::from(step.max(1)));
+        let last = if last < 0 {
+            argc + i64::from(last)
+        } else {
+            i64::from(last)
+        };
+        let fixed = (first.max(1)..=last.min(argc - 1))
+            .step_by(step as usize)
+            .filter(move |_| first > 0)
+            .map(|i| i as usize);
+        let found = self.more_keys.map_or_else(Vec::new, |find| find(args));
+        fixed.chain(found).filter(move |&i| i < args.len())
+    }
+
     /// The subcommand `argv[1]` names, if this command has subcommands and it is one of them.
     pub fn subcommand(&self, argv: &[bytes::Bytes]) -> Option<&'static SubMeta> {
         let sub = argv.get(1)?;

@@ -23,9 +23,11 @@ pub use kinds::{CommandDef, LocalCommand, OpCommand, unexpected};
 pub use meta::{CommandFlags, Meta, SubMeta};
 
 mod acl;
+mod asking;
 mod auth;
 mod bgrewriteaof;
 mod client;
+mod cluster;
 mod command;
 mod config;
 mod dbsize;
@@ -58,6 +60,8 @@ pub use server::Server;
 mod ping;
 mod pubsub;
 mod quit;
+mod readonly;
+mod readwrite;
 pub mod reset;
 mod role;
 mod scan;
@@ -250,6 +254,10 @@ command_table! {
     local Introspection => command::Introspection,
     local Info => info::Info,
     local Role => role::Role,
+    local Cluster => cluster::Cluster,
+    local Readonly => readonly::Readonly,
+    local Readwrite => readwrite::Readwrite,
+    local Asking => asking::Asking,
     local RuntimeConfig => config::RuntimeConfig,
     local Time => time::Time,
     local BgRewriteAof => bgrewriteaof::BgRewriteAof,

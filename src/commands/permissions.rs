@@ -98,7 +98,17 @@ fn categories_of(meta: &Meta, sub: Option<&str>) -> Vec<&'static str> {
     }
     if matches!(
         meta.name,
-        "ping" | "echo" | "hello" | "auth" | "client" | "select" | "quit" | "reset"
+        "ping"
+            | "echo"
+            | "hello"
+            | "auth"
+            | "client"
+            | "select"
+            | "quit"
+            | "reset"
+            | "readonly"
+            | "readwrite"
+            | "asking"
     ) {
         out.push("connection");
     }
@@ -210,33 +220,9 @@ pub fn check(
             command: name,
         });
     }
-    let (first, last, step) = meta.keys;
-    if first > 0 {
-        let last = if last < 0 {
-            args.len() as i32 + last
-        } else {
-            last
-        };
-        let mut i = first;
-        while i <= last && (i as usize) < args.len() {
-            let key = &args[i as usize];
-            if !conn.user.can_access_key(key) {
-                deny(
-                    state,
-                    conn,
-                    table,
-                    Denial::Key,
-                    &String::from_utf8_lossy(key),
-                );
-                return Err(CommandError::NoPermKey);
-            }
-            i += step.max(1);
-        }
-    }
-    for i in meta.more_keys.map_or_else(Vec::new, |find| find(args)) {
-        if let Some(key) = args.get(i)
-            && !conn.user.can_access_key(key)
-        {
+    for i in meta.key_positions(args) {
+        let key = &args[i];
+        if !conn.user.can_access_key(key) {
             deny(
                 state,
                 conn,

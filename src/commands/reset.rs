@@ -34,6 +34,7 @@ impl CommandDef for Reset {
 impl LocalCommand for Reset {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         ctx.conn.protocol = ProtocolVersion::Resp2;
+        ctx.conn.readonly = false;
         ctx.conn
             .handle
             .resp

@@ -158,7 +158,7 @@ struct Node {
 impl Node {
     /// A 40-hex-digit id, as Sentinel's, fixed per node id.
     fn run_id(&self) -> String {
-        format!("{:040x}", self.id)
+        crate::log::node_name(self.id)
     }
 }
 

@@ -348,18 +348,8 @@ impl Settings {
                 1_000_000,
                 "16..=1000000",
             )? as usize,
-            console: match self.console.as_deref() {
-                None => return Err(ConfigError::NoDefault("console")),
-                Some("yes") => true,
-                Some("no") => false,
-                Some(other) => {
-                    return Err(ConfigError::Invalid {
-                        key: "console",
-                        value: other.to_string(),
-                        allowed: "yes, no",
-                    });
-                }
-            },
+            console: yes_or_no("console", self.console.as_deref())?,
+            cluster_redirect: yes_or_no("cluster-redirect", self.cluster_redirect.as_deref())?,
             notify_flock_events: match self.notify_flock_events.as_deref() {
                 None => return Err(ConfigError::NoDefault("notify-flock-events")),
                 Some("on" | "yes") => true,
@@ -583,6 +573,20 @@ impl Settings {
             auth_clients,
             protocols,
         })
+    }
+}
+
+/// A `yes|no` key's value.
+fn yes_or_no(key: &'static str, value: Option<&str>) -> Result<bool, ConfigError> {
+    match value {
+        None => Err(ConfigError::NoDefault(key)),
+        Some("yes") => Ok(true),
+        Some("no") => Ok(false),
+        Some(other) => Err(ConfigError::Invalid {
+            key,
+            value: other.to_string(),
+            allowed: "yes, no",
+        }),
     }
 }
 

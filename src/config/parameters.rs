@@ -408,6 +408,13 @@ config_keys! {
         help: "How long a command waits for a leader to commit it before -CLUSTERDOWN.",
         show: |c| cluster_text(c, "cluster-wait-leader-ms", |c| c.wait_leader_ms.to_string()),
     }
+    "cluster-redirect" {
+        setting: cluster_redirect: String, env: "FLOCKD_CLUSTER_REDIRECT", value: "yes|no",
+        default: Some("no"), change: Runtime,
+        help: "yes: a command for a name this node does not lead is answered -MOVED slot \
+               host:port (the leader's), as Redis Cluster; no (the default): it is forwarded.",
+        show: |c| yes_no(c.cluster_redirect),
+    }
     "tls-cluster" {
         setting: tls_cluster: String, env: "FLOCKD_TLS_CLUSTER", value: "yes|no",
         default: Some("no"), change: Restart,

@@ -47,6 +47,9 @@ pub struct Config {
     pub metrics_bind: IpAddr,
     /// The console page on the metrics port (`GET /` and `/console/api/...`).
     pub console: bool,
+    /// A cluster node answers a command for a name it does not lead with `-MOVED` (Redis
+    /// Cluster's redirection) rather than forwarding it.
+    pub cluster_redirect: bool,
     /// Lock names FLOCK.HOT tracks per ten seconds (its memory bound).
     pub hot_locks_capacity: usize,
     /// Lock events published on `__flock__:<name>` and `__flockevent__:<event>`.

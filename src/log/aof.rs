@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use super::{
     BoxFuture, Committing, Fields, Log, LogMember, LogRole, LogView, Membership, OpenError, Opened,
-    ProposeError, ReadWait, commit,
+    ProposeError, ReadWait, Route, commit,
 };
 use crate::config::Config;
 use crate::services::applied::AppliedState;
@@ -152,6 +152,10 @@ impl Log for AofLog {
 
     fn read_point(&self) -> Option<ReadWait> {
         None
+    }
+
+    fn route(&self, _slot: u16) -> Route {
+        Route::Here
     }
 
     fn view(&self) -> LogView {

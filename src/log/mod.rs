@@ -27,7 +27,7 @@ use crate::services::applied::AppliedState;
 use crate::services::clock::Clock;
 
 pub use flockd_log::{ProposalResult, ProposeError};
-pub use view::{LogMember, LogRole, LogView};
+pub use view::{LogMember, LogRole, LogView, node_name};
 
 /// What opening a log leaves running: the state it applies to, the log, and the clock that
 /// stamps its entries.
@@ -87,10 +87,23 @@ pub trait Log: Send + Sync + 'static {
     /// What a linearizable read must wait for before it reads the applied state. `None`: read
     /// now (a single node's applied state is always current).
     fn read_point(&self) -> Option<ReadWait>;
+    /// Which node serves a name in `slot` (Redis Cluster's routing, for `-MOVED`).
+    fn route(&self, slot: u16) -> Route;
 
     // What it shows.
 
     fn view(&self) -> LogView;
+    /// The slot ranges and who serves each, as CLUSTER SLOTS, SHARDS and NODES show them.
+    /// `None` on a single node, which has no cluster. One group serves every slot.
+    fn shards(&self) -> Option<Vec<Shard>> {
+        let view = self.view();
+        view.node_id.is_some().then(|| {
+            vec![Shard {
+                slots: 0..=flockd_core::SLOT_COUNT - 1,
+                view,
+            }]
+        })
+    }
     /// INFO persistence, after its title.
     fn persistence_info(&self, field: Fields<'_>);
     /// INFO replication's fields that only this kind of log has, after the role's.
@@ -117,6 +130,25 @@ pub trait Log: Send + Sync + 'static {
     fn refusals(&self) -> Option<watch::Receiver<Option<String>>>;
     /// Writes and syncs what is queued and stops the log.
     fn close(&self) -> BoxFuture<'_, ()>;
+}
+
+/// Where a command for a name is served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Here: this node leads the name's group (a single node leads everything).
+    Here,
+    /// Another member leads it: its client address, for `-MOVED`.
+    Leader { host: String, port: u16 },
+    /// No leader is known now: the command goes on here and waits for one, as any proposal
+    /// does (up to `cluster-wait-leader-ms`).
+    Unknown,
+}
+
+/// A range of slots and the group that serves them, as this node sees it.
+#[derive(Clone, Debug)]
+pub struct Shard {
+    pub slots: std::ops::RangeInclusive<u16>,
+    pub view: LogView,
 }
 
 /// FLOCK.CLUSTER ADD, REMOVE and LEADER. Each resolves once the change is committed (or to

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use flockd_core::{Millis, Op, StateMachine};
 use flockd_metrics::{HistogramData, MetricsSnapshot, RaftMetrics};
-use flockd_raft::{Cluster, ClusterView, NodeId, Role};
+use flockd_raft::{Cluster, ClusterView, Leader, NodeId, Role};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::{
     BoxFuture, Committing, Fields, Log, LogMember, LogRole, LogView, Membership, OpenError, Opened,
-    ProposeError, ReadWait,
+    ProposeError, ReadWait, Route,
 };
 use crate::config::{ClusterConfig, Config};
 use crate::services::applied::AppliedState;
@@ -253,6 +253,18 @@ impl Log for RaftLog {
         Some(Box::pin(async move { cluster.read_point().await }))
     }
 
+    fn route(&self, _slot: u16) -> Route {
+        // One group serves every slot: its leader is the route.
+        match self.cluster.leader() {
+            Leader::Me => Route::Here,
+            Leader::Other(peer) => Route::Leader {
+                host: peer.host,
+                port: peer.port,
+            },
+            Leader::Unknown => Route::Unknown,
+        }
+    }
+
     fn view(&self) -> LogView {
         view_of(&self.cluster.view())
     }
@@ -284,6 +296,11 @@ impl Log for RaftLog {
         field(
             "raft_members_down",
             &v.members.iter().filter(|m| !m.up).count(),
+        );
+        // Commands this node sent on to the leader: near zero when clients route by slot.
+        field(
+            "raft_forwarded_commands",
+            &self.cluster.stats().forwarded_commands,
         );
         field("raft_log_entries_appended", &v.log.entries_appended);
         field("raft_log_syncs", &v.log.syncs);

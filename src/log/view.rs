@@ -2,6 +2,13 @@
 //! the Sentinel port and the console render it. A single node is shown as what it is to a
 //! Redis client, a master of one: itself, leading, with no id.
 
+/// A member's id as Redis Cluster shows node ids (CLUSTER NODES, SHARDS, SLOTS, MYID): 40
+/// hex digits, here the member's number in hex, so stable across restarts and the same on
+/// every node (member 3 is `000…0003`).
+pub fn node_name(id: u64) -> String {
+    format!("{id:040x}")
+}
+
 /// This node's role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogRole {

@@ -1,10 +1,11 @@
 //! Admission: the one step every request passes before it runs, whatever its kind. Lookup,
-//! authentication, ACL permissions (command and keys), arity and argument parsing, and for state
-//! changes whether the log can take them (MISCONF); on a cluster node taken out of its
-//! cluster, whether it serves at all.
+//! authentication, ACL permissions (command and keys), Redis Cluster's redirection
+//! ([`super::routing`]), arity and argument parsing, and for state changes whether the log can
+//! take them (MISCONF); on a cluster node taken out of its cluster, whether it serves at all.
 
 use flockd_proto::{Reply, Request};
 
+use super::routing;
 use super::shared::Shared;
 use crate::commands::context::ConnState;
 use crate::commands::{self, Command, CommandError, IS_STATE, TABLE};
@@ -118,6 +119,9 @@ pub fn admit(shared: &Shared, config: &Config, conn: &mut ConnState, request: Re
         let e = CommandError::from(e);
         stats::rejected(stat, &e);
         return refuse(e);
+    }
+    if let Some(moved) = routing::redirect(&*shared.log, config, conn, meta, &request.args) {
+        return Admitted::Refused(moved);
     }
     let command = match commands::parse(index, request.args, commands::ArgLimits::of(config)) {
         Ok(command) => command,

@@ -16,6 +16,7 @@ pub mod console;
 mod expiry;
 pub mod metrics;
 pub mod reconfigure;
+mod routing;
 mod sentinel;
 mod shared;
 mod stopping;

@@ -1,4 +1,5 @@
-//! Clusters of real `flockd` processes on loopback ports: kills, failover, membership, Sentinel discovery.
+//! Clusters of real `flockd` processes on loopback ports: kills, failover, membership, Sentinel
+//! discovery, Redis Cluster's protocol.
 //!
 //! One test binary per theme, each module one suite (named as the file it came from), so
 //! the harness and the `redis` client are compiled and linked once per theme, not per file.
@@ -8,3 +9,4 @@ mod common;
 
 mod cluster;
 mod sentinel;
+mod slots;

@@ -398,6 +398,10 @@ fn command_introspection() {
         "role",
         "sentinel",
         "flock.cluster",
+        "cluster",
+        "readonly",
+        "readwrite",
+        "asking",
     ];
     for name in expected_names {
         assert!(

@@ -18,6 +18,7 @@ pub mod item;
 pub mod keyspace;
 pub mod machine;
 pub mod op;
+pub mod slot;
 pub mod snapshot;
 pub mod table;
 pub mod time;
@@ -34,6 +35,7 @@ pub use op::{
     AcquireAllResult, AcquireResult, CancelAllResult, CancelResult, HoldingRef, Op, OpResult, Read,
     Wait, WaitId,
 };
+pub use slot::{SLOT_COUNT, slot_of};
 pub use snapshot::Snapshot;
 pub use table::{HolderStatus, LockStats, LockStatus, ScanFilter};
 pub use time::Millis;

@@ -1,0 +1,35 @@
+//! Redis Cluster's redirection, an admission step: with `cluster-redirect yes`, a command for a
+//! name this node does not lead is answered `-MOVED <slot> <host>:<port>` with the leader's
+//! client address, before it is parsed or run, as Redis Cluster answers before it runs
+//! anything. With `no` (the default) the command goes on, and a follower forwards it.
+//!
+//! The slot is the first key's. A read runs here when the connection said READONLY (Redis's
+//! replica reads; flockd's reads are current on any node). With no leader known the command
+//! goes on and waits for one, as any proposal does.
+
+use bytes::Bytes;
+use flockd_proto::Reply;
+
+use crate::commands::Meta;
+use crate::commands::context::ConnState;
+use crate::config::Config;
+use crate::log::{Log, Route};
+
+/// The `-MOVED` reply for this command, if another node serves it.
+pub fn redirect(
+    log: &dyn Log,
+    config: &Config,
+    conn: &ConnState,
+    meta: &Meta,
+    args: &[Bytes],
+) -> Option<Reply> {
+    if !config.cluster_redirect || (conn.readonly && !meta.flags.write) {
+        return None;
+    }
+    let first = meta.key_positions(args).next()?;
+    let slot = flockd_core::slot_of(&args[first]);
+    match log.route(slot) {
+        Route::Leader { host, port } => Some(Reply::error(format!("MOVED {slot} {host}:{port}"))),
+        Route::Here | Route::Unknown => None,
+    }
+}
