@@ -3,7 +3,7 @@
 //! myid in Sentinel's shapes, publishes `+switch-master` when the leader changes, and redis-rs's
 //! own Sentinel client follows a killed leader with no error beyond its documented retry (ask
 //! the SentinelClient for a new connection). redis-py's and ioredis's Sentinel clients are
-//! tested the same way in tests/sentinel/ (CI runs them).
+//! tested the same way in tests/cluster_clients/ (CI runs them).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;

@@ -8,7 +8,7 @@ cluster, with only the example's node addresses replaced by the cluster's:
 - it never sends a lock command twice: a blocked FLOCK.ACQUIRE whose connection is cut is
   reported as OutcomeUnknown, and MONITOR on the node sees it once.
 
-    FLOCKD_BIN=target/debug/flockd python3 -m pytest -q tests/sentinel/test_docs_recipe.py
+    FLOCKD_BIN=target/debug/flockd python3 -m pytest -q tests/cluster_clients/test_docs_recipe.py
 
 Prints the redis-py version under test (CI installs the newest).
 """

@@ -2,7 +2,7 @@
 `sentinels` find the leader through the nodes (listed as their sentinels), and go on through a
 SIGKILL of the leader with no error reaching the application beyond their documented retry.
 
-    FLOCKD_BIN=target/debug/flockd python3 -m pytest -q tests/sentinel
+    FLOCKD_BIN=target/debug/flockd python3 -m pytest -q tests/cluster_clients
 
 ioredis comes from tests/examples/node_modules (`npm ci --prefix tests/examples`); without it
 (or without node) that test is skipped, and with CI=true a skip is a failure.

@@ -1,6 +1,7 @@
-"""What the Sentinel suites share: a 3-node flockd cluster on loopback ports (every process
-stopped by its pid), and the redis-py under test named in the report header: the suites run
-whatever `pip install -U redis` gave (.ci/run upgrades it), never a pinned one."""
+"""What the cluster-client suites (Sentinel, Redis Cluster) share: a 3-node flockd cluster on
+loopback ports (every process stopped by its pid), and the redis-py under test named in the
+report header: the suites run whatever `pip install -U redis` gave (.ci/run upgrades it), never a
+pinned one."""
 
 import os
 import shutil
@@ -33,7 +34,7 @@ def free_ports(n):
 
 
 class Cluster:
-    def __init__(self, size=3):
+    def __init__(self, size=3, extra_args=()):
         self.root = tempfile.mkdtemp(prefix="flockd-sentinel-")
         ports = free_ports(2 * size)
         self.ports, self.cports = ports[:size], ports[size:]
@@ -44,7 +45,7 @@ class Cluster:
             self.procs.append(subprocess.Popen(
                 [BIN, "--bind", "127.0.0.1", "--port", str(self.ports[i]), "--dir",
                  os.path.join(self.root, f"node{i}"), "--node-id", str(i + 1),
-                 "--cluster-peers", peers],
+                 "--cluster-peers", peers, *extra_args],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                 env=dict(os.environ, FLOCKD_LOG_LEVEL="info,openraft=error")))
 
@@ -66,6 +67,15 @@ class Cluster:
             time.sleep(0.05)
         raise AssertionError("no leader agreed on")
 
+    def forwarded(self):
+        """Commands the running nodes forwarded to a leader, summed (INFO replication)."""
+        total = 0
+        for i, p in enumerate(self.procs):
+            if p.poll() is None:
+                info = redis.Redis(port=self.ports[i], socket_timeout=2).info("replication")
+                total += int(info.get("raft_forwarded_commands", 0))
+        return total
+
     def kill(self, i):
         self.procs[i].send_signal(signal.SIGKILL)
         self.procs[i].wait(timeout=10)
@@ -78,13 +88,23 @@ class Cluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-@pytest.fixture
-def cluster():
+def started(extra_args=()):
     if not os.access(BIN, os.X_OK):
         pytest.fail(f"no flockd at {BIN}: cargo build first, or set FLOCKD_BIN")
-    c = Cluster()
+    c = Cluster(extra_args=extra_args)
     try:
         c.leader()
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture
+def cluster():
+    yield from started()
+
+
+@pytest.fixture
+def redirecting_cluster():
+    """Nodes that answer -MOVED for a name they do not lead (`cluster-redirect yes`)."""
+    yield from started(("--cluster-redirect", "yes"))
