@@ -11,6 +11,7 @@ mod client;
 mod console;
 mod data_dir;
 mod examples;
+mod in_process;
 mod lock_tool;
 mod metrics;
 mod ping_tool;
