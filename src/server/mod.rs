@@ -14,6 +14,7 @@ mod admission;
 mod connection;
 pub mod console;
 mod expiry;
+mod for_commands;
 pub mod metrics;
 pub mod reconfigure;
 mod routing;

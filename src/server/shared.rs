@@ -1,5 +1,5 @@
-//! Everything connections share: the server's wiring, built once at start; and the server as
-//! the commands see it ([`Server`], answered from that wiring).
+//! Everything connections share: the server's wiring, built once at start. The commands see it
+//! through [`crate::commands::Server`] (`for_commands.rs`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,15 +8,14 @@ use std::time::Instant;
 use flockd_proto::Limits;
 use tokio_util::sync::CancellationToken;
 
-use crate::commands::Server;
 use crate::log::Log;
 use crate::services::acl::AclState;
 use crate::services::applied::AppliedState;
 use crate::services::clients::ClientRegistry;
 use crate::services::clock::Clock;
-use crate::services::live_config::{LiveConfig, ReconfigureError};
+use crate::services::live_config::LiveConfig;
 use crate::services::monitor::Monitors;
-use crate::services::stats::{self, ServerStats};
+use crate::services::stats::ServerStats;
 
 /// Everything connections share.
 pub struct Shared {
@@ -65,65 +64,5 @@ impl Shared {
             max_args: config.max_args,
             max_inline_len: config.max_inline_len,
         }
-    }
-}
-
-/// The server as the commands see it.
-impl Server for Shared {
-    fn config(&self) -> &LiveConfig {
-        &self.config
-    }
-
-    fn reconfigure(&self, changes: &[(String, String)]) -> Result<(), ReconfigureError> {
-        super::reconfigure::change(self, changes)
-    }
-
-    fn reset_stats(&self) {
-        stats::reset(&self.stats);
-        self.applied.reset_counters();
-    }
-
-    fn applied(&self) -> &Arc<AppliedState> {
-        &self.applied
-    }
-
-    fn acl(&self) -> &AclState {
-        &self.acl
-    }
-
-    fn stats(&self) -> &ServerStats {
-        &self.stats
-    }
-
-    fn clients(&self) -> &ClientRegistry {
-        &self.clients
-    }
-
-    fn log(&self) -> &dyn Log {
-        &*self.log
-    }
-
-    fn started(&self) -> Instant {
-        self.started
-    }
-
-    fn local_addr(&self) -> SocketAddr {
-        self.local_addr
-    }
-
-    fn tls_addr(&self) -> Option<SocketAddr> {
-        self.tls_addr
-    }
-
-    fn sentinel_addr(&self) -> Option<SocketAddr> {
-        self.sentinel_addr
-    }
-
-    fn command_table(&self) -> &'static [crate::commands::Meta] {
-        crate::commands::TABLE
-    }
-
-    fn stop(&self) {
-        self.stopping.cancel();
     }
 }
