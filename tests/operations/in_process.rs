@@ -1,6 +1,6 @@
-//! The daemon as a library: `flockd::server::run` started inside the test's own process (no
-//! binary, no child), served over TCP to the redis crate, and stopped by SHUTDOWN, after which
-//! `run` returns `Ok`. The other suites drive the binary, as users run it; this is the shape an
+//! The daemon as a library: `flockd::server::start` inside the test's own process (no binary, no
+//! child) on a port the system picks, `Running::serve` serving it over TCP to the redis crate,
+//! and `Running::stopper` stopping it as SHUTDOWN does, after which `serve` returns `Ok`. The other suites drive the binary, as users run it; this is the shape an
 //! embedding (a test harness of another project, a benchmark) takes.
 
 use std::time::{Duration, Instant};
@@ -8,19 +8,17 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 
 use crate::common::TempDir;
-use crate::common::cluster::free_ports;
 
 #[test]
-fn a_server_runs_in_process_serves_and_stops_on_shutdown() {
+fn a_server_starts_in_process_serves_and_stops() {
     let dir = TempDir::new("in-process");
-    let port = free_ports(1)[0].to_string();
     let dir_arg = dir.path().display().to_string();
     let cli = flockd::config::Cli::try_parse_from([
         "flockd",
         "--bind",
         "127.0.0.1",
         "--port",
-        &port,
+        "0",
         "--dir",
         &dir_arg,
     ])
@@ -31,9 +29,15 @@ fn a_server_runs_in_process_serves_and_stops_on_shutdown() {
         .enable_all()
         .build()
         .expect("runtime");
-    let server = runtime.spawn(flockd::server::run(config, None));
+    let running = runtime
+        .block_on(flockd::server::start(config, None))
+        .expect("start");
+    let addr = running.local_addr();
+    assert_ne!(addr.port(), 0, "the port the system picked");
+    let stop = running.stopper();
+    let server = runtime.spawn(running.serve());
 
-    let url = format!("redis://127.0.0.1:{port}/");
+    let url = format!("redis://{addr}/");
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut conn = loop {
         match redis::Client::open(url.as_str()).and_then(|c| c.get_connection()) {
@@ -59,12 +63,18 @@ fn a_server_runs_in_process_serves_and_stops_on_shutdown() {
         .expect("fenced write");
     assert_eq!(stored, 1, "the fenced write is accepted");
 
-    let _ = redis::cmd("SHUTDOWN").query::<redis::Value>(&mut conn);
+    stop.cancel();
     let stopped = runtime
         .block_on(async { tokio::time::timeout(Duration::from_secs(10), server).await })
-        .expect("run returned within 10 s of SHUTDOWN")
+        .expect("serve returned within 10 s of the stop")
         .expect("the server task did not panic");
-    assert!(stopped.is_ok(), "run: {stopped:?}");
+    assert!(stopped.is_ok(), "serve: {stopped:?}");
+    assert!(
+        redis::Client::open(url.as_str())
+            .and_then(|c| c.get_connection())
+            .is_err(),
+        "the port is closed"
+    );
     // What was written is in the data directory, as a restart would read it.
     let aof = std::fs::read(dir.path().join("flockd.aof")).expect("the AOF");
     assert!(
