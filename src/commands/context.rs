@@ -13,7 +13,7 @@ use parking_lot::RwLockReadGuard;
 use super::error::CommandError;
 use super::server::Server;
 use crate::services::clients::ClientHandle;
-use crate::services::pubsub::{Delivery, Mailbox};
+use crate::services::pubsub::{Delivery, Mailbox, SubscriptionKind};
 
 /// Per-connection state that commands read and change.
 pub struct ConnState {
@@ -65,20 +65,36 @@ impl ConnState {
 pub struct Subscriptions {
     pub channels: BTreeSet<Bytes>,
     pub patterns: BTreeSet<Bytes>,
+    pub shard_channels: BTreeSet<Bytes>,
     pub mailbox: Option<Arc<Mailbox>>,
     /// Drained by the connection loop into the socket.
     pub inbox: Option<tokio::sync::mpsc::UnboundedReceiver<Delivery>>,
 }
 
 impl Subscriptions {
-    /// Channels and patterns together: the count Redis's frames carry.
-    pub fn count(&self) -> usize {
-        self.channels.len() + self.patterns.len()
+    /// The set of subscriptions of `kind`.
+    pub fn of(&mut self, kind: SubscriptionKind) -> &mut BTreeSet<Bytes> {
+        match kind {
+            SubscriptionKind::Channel => &mut self.channels,
+            SubscriptionKind::Pattern => &mut self.patterns,
+            SubscriptionKind::Shard => &mut self.shard_channels,
+        }
+    }
+
+    /// The count a frame of `kind` carries, as in Redis: channels and patterns together, or
+    /// the shard channels alone.
+    pub fn count(&self, kind: SubscriptionKind) -> usize {
+        match kind {
+            SubscriptionKind::Channel | SubscriptionKind::Pattern => {
+                self.channels.len() + self.patterns.len()
+            }
+            SubscriptionKind::Shard => self.shard_channels.len(),
+        }
     }
 
     /// Whether the connection is in subscribed mode.
     pub fn active(&self) -> bool {
-        self.count() > 0
+        !(self.channels.is_empty() && self.patterns.is_empty() && self.shard_channels.is_empty())
     }
 
     /// The next batch of messages published to the connection; never, if it has not subscribed.

@@ -45,6 +45,10 @@ pub enum CommandError {
     /// A cluster command that cannot run (a bad node id, a single node).
     #[error("ERR {0}")]
     Cluster(String),
+    /// Names (shard channels) of one command in different slots, on a cluster node: Redis
+    /// Cluster's error and text.
+    #[error("CROSSSLOT Keys in request don't hash to the same slot")]
+    CrossSlot,
     /// A cluster node could not get the command committed (Redis Cluster's error code).
     #[error("CLUSTERDOWN {0}")]
     ClusterDown(String),

@@ -71,6 +71,9 @@ pub struct Meta {
     /// Positions of keys that `keys` cannot describe, found in the arguments (the lock of
     /// `FENCE.SET ... LOCK name`, the names of `FLOCK.ACQUIREALL`): ACL checks them too.
     pub more_keys: Option<KeyFinder>,
+    /// Its arguments are shard channels (SSUBSCRIBE, SUNSUBSCRIBE): routed by their slot as keys
+    /// are, but checked by ACL as channels, not keys.
+    pub shard_channels: bool,
     pub group: &'static str,
     pub since: &'static str,
     pub summary: &'static str,
@@ -96,6 +99,7 @@ impl Meta {
             flags,
             keys: (0, 0, 0),
             more_keys: None,
+            shard_channels: false,
             group: "connection",
             since: "0.1.0",
             summary,

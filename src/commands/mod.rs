@@ -69,7 +69,9 @@ mod select;
 mod sentinel;
 mod shutdown;
 mod slowlog;
+mod ssubscribe;
 mod subscribe;
+mod sunsubscribe;
 mod time;
 mod type_cmd;
 pub mod unsubscribe;
@@ -277,6 +279,8 @@ command_table! {
     local PSubscribe => subscribe::PSubscribe,
     local Unsubscribe => unsubscribe::Unsubscribe,
     local PUnsubscribe => unsubscribe::PUnsubscribe,
+    local SSubscribe => ssubscribe::SSubscribe,
+    local SUnsubscribe => sunsubscribe::SUnsubscribe,
     local Pubsub => pubsub::Pubsub,
     local Sentinel => sentinel::Sentinel,
     state FlockAcquire => flock_acquire::FlockAcquire,

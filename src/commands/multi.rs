@@ -25,7 +25,14 @@ pub fn runs_inside_multi(name: &str) -> bool {
 pub fn refused_inside_multi(name: &str) -> bool {
     matches!(
         name,
-        "monitor" | "shutdown" | "subscribe" | "psubscribe" | "unsubscribe" | "punsubscribe"
+        "monitor"
+            | "shutdown"
+            | "subscribe"
+            | "psubscribe"
+            | "ssubscribe"
+            | "unsubscribe"
+            | "punsubscribe"
+            | "sunsubscribe"
     )
 }
 

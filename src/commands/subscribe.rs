@@ -12,7 +12,7 @@ use super::context::{CommandResult, Ctx, Outcome};
 use super::error::CommandError;
 use super::kinds::{CommandDef, LocalCommand};
 use super::meta::{CommandFlags, Meta};
-use crate::services::pubsub::Mailbox;
+use crate::services::pubsub::{Mailbox, SubscriptionKind};
 
 /// A subscription frame: `[kind, channel or null, count]`.
 pub(super) fn frame(kind: &'static str, channel: Option<Bytes>, count: usize) -> Reply {
@@ -23,13 +23,13 @@ pub(super) fn frame(kind: &'static str, channel: Option<Bytes>, count: usize) ->
     ])
 }
 
-/// The flags of the four (un)subscribe commands: reads of no key, slow as in Redis.
+/// The flags of the (un)subscribe commands: reads of no key, slow as in Redis.
 pub(super) const FLAGS: CommandFlags = CommandFlags {
     fast: false,
     ..CommandFlags::READ
 };
 
-fn take_all(args: &mut Args) -> Result<Vec<Bytes>, CommandError> {
+pub(super) fn take_all(args: &mut Args) -> Result<Vec<Bytes>, CommandError> {
     let mut out = Vec::with_capacity(args.remaining());
     while args.remaining() > 0 {
         out.push(args.next_owned_bytes()?);
@@ -37,14 +37,19 @@ fn take_all(args: &mut Args) -> Result<Vec<Bytes>, CommandError> {
     Ok(out)
 }
 
-/// Subscribes to every channel (`pattern`: every pattern), after checking the user may take
-/// all of them: one refused channel subscribes to none, as in Redis.
-fn subscribe(ctx: &mut Ctx<'_>, pattern: bool, channels: Vec<Bytes>) -> CommandResult {
+/// Subscribes to every channel (pattern, shard channel: by `kind`), after checking the user may
+/// take all of them: one refused channel subscribes to none, as in Redis.
+pub(super) fn subscribe(
+    ctx: &mut Ctx<'_>,
+    kind: SubscriptionKind,
+    channels: Vec<Bytes>,
+) -> CommandResult {
     for channel in &channels {
-        let allowed = if pattern {
-            ctx.conn.user.can_subscribe_pattern(channel)
-        } else {
-            ctx.conn.user.can_access_channel(channel)
+        let allowed = match kind {
+            SubscriptionKind::Pattern => ctx.conn.user.can_subscribe_pattern(channel),
+            SubscriptionKind::Channel | SubscriptionKind::Shard => {
+                ctx.conn.user.can_access_channel(channel)
+            }
         };
         if !allowed {
             super::permissions::deny(
@@ -68,21 +73,15 @@ fn subscribe(ctx: &mut Ctx<'_>, pattern: bool, channels: Vec<Bytes>) -> CommandR
             mailbox
         }
     };
-    let kind = if pattern { "psubscribe" } else { "subscribe" };
     let mut replies = Vec::with_capacity(channels.len());
     for channel in channels {
-        let set = if pattern {
-            &mut subs.patterns
-        } else {
-            &mut subs.channels
-        };
-        if set.insert(channel.clone()) {
+        if subs.of(kind).insert(channel.clone()) {
             ctx.server
                 .applied()
                 .pubsub
-                .subscribe(pattern, channel.clone(), id, &mailbox);
+                .subscribe(kind, channel.clone(), id, &mailbox);
         }
-        replies.push(frame(kind, Some(channel), subs.count()));
+        replies.push(frame(kind.subscribed(), Some(channel), subs.count(kind)));
     }
     Ok(Outcome::Replies(replies))
 }
@@ -114,7 +113,7 @@ impl CommandDef for Subscribe {
 
 impl LocalCommand for Subscribe {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        subscribe(ctx, false, self.channels)
+        subscribe(ctx, SubscriptionKind::Channel, self.channels)
     }
 }
 
@@ -145,6 +144,6 @@ impl CommandDef for PSubscribe {
 
 impl LocalCommand for PSubscribe {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        subscribe(ctx, true, self.patterns)
+        subscribe(ctx, SubscriptionKind::Pattern, self.patterns)
     }
 }

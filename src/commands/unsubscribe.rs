@@ -11,50 +11,35 @@ use super::error::CommandError;
 use super::kinds::{CommandDef, LocalCommand};
 use super::meta::Meta;
 use super::subscribe::{FLAGS, frame};
-use crate::services::pubsub::PubSub;
+use crate::services::pubsub::{PubSub, SubscriptionKind};
 
-fn take_all(args: &mut Args) -> Vec<Bytes> {
+pub(super) fn take_all(args: &mut Args) -> Vec<Bytes> {
     std::iter::from_fn(|| args.next_opt()).collect()
 }
 
-/// Leaves `channels` (all, if empty) and returns the frames.
+/// Leaves `channels` of `kind` (all of that kind, if empty) and returns the frames.
 pub fn unsubscribe(
     pubsub: &PubSub,
     conn: &mut ConnState,
-    pattern: bool,
+    kind: SubscriptionKind,
     channels: Vec<Bytes>,
 ) -> Vec<Reply> {
     let id = conn.handle.id;
     let subs = &mut conn.subscriptions;
-    let kind = if pattern {
-        "punsubscribe"
-    } else {
-        "unsubscribe"
-    };
-    let set = if pattern {
-        &subs.patterns
-    } else {
-        &subs.channels
-    };
     let channels = if channels.is_empty() {
-        set.iter().cloned().collect()
+        subs.of(kind).iter().cloned().collect()
     } else {
         channels
     };
     if channels.is_empty() {
-        return vec![frame(kind, None, subs.count())];
+        return vec![frame(kind.unsubscribed(), None, subs.count(kind))];
     }
     let mut replies = Vec::with_capacity(channels.len());
     for channel in channels {
-        let set = if pattern {
-            &mut subs.patterns
-        } else {
-            &mut subs.channels
-        };
-        if set.remove(&channel) {
-            pubsub.unsubscribe(pattern, &channel, id);
+        if subs.of(kind).remove(&channel) {
+            pubsub.unsubscribe(kind, &channel, id);
         }
-        replies.push(frame(kind, Some(channel), subs.count()));
+        replies.push(frame(kind.unsubscribed(), Some(channel), subs.count(kind)));
     }
     replies
 }
@@ -86,7 +71,12 @@ impl CommandDef for Unsubscribe {
 
 impl LocalCommand for Unsubscribe {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let replies = unsubscribe(&ctx.server.applied().pubsub, ctx.conn, false, self.channels);
+        let replies = unsubscribe(
+            &ctx.server.applied().pubsub,
+            ctx.conn,
+            SubscriptionKind::Channel,
+            self.channels,
+        );
         Ok(Outcome::Replies(replies))
     }
 }
@@ -118,19 +108,28 @@ impl CommandDef for PUnsubscribe {
 
 impl LocalCommand for PUnsubscribe {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let replies = unsubscribe(&ctx.server.applied().pubsub, ctx.conn, true, self.patterns);
+        let replies = unsubscribe(
+            &ctx.server.applied().pubsub,
+            ctx.conn,
+            SubscriptionKind::Pattern,
+            self.patterns,
+        );
         Ok(Outcome::Replies(replies))
     }
 }
 
-/// Leaves every channel and pattern (RESET, and a connection that ends), without frames.
+/// Leaves every channel, pattern and shard channel (RESET, and a connection that ends), without
+/// frames.
 pub fn leave_all(pubsub: &PubSub, conn: &mut ConnState) {
     let id = conn.handle.id;
     let subs = &mut conn.subscriptions;
-    for channel in std::mem::take(&mut subs.channels) {
-        pubsub.unsubscribe(false, &channel, id);
-    }
-    for pattern in std::mem::take(&mut subs.patterns) {
-        pubsub.unsubscribe(true, &pattern, id);
+    for kind in [
+        SubscriptionKind::Channel,
+        SubscriptionKind::Pattern,
+        SubscriptionKind::Shard,
+    ] {
+        for channel in std::mem::take(subs.of(kind)) {
+            pubsub.unsubscribe(kind, &channel, id);
+        }
     }
 }

@@ -91,7 +91,15 @@ pub fn admit(shared: &Shared, config: &Config, conn: &mut ConnState, request: Re
         && conn.protocol == flockd_proto::ProtocolVersion::Resp2
         && !matches!(
             meta.name,
-            "subscribe" | "psubscribe" | "unsubscribe" | "punsubscribe" | "ping" | "quit" | "reset"
+            "subscribe"
+                | "psubscribe"
+                | "ssubscribe"
+                | "unsubscribe"
+                | "punsubscribe"
+                | "sunsubscribe"
+                | "ping"
+                | "quit"
+                | "reset"
         )
     {
         return Admitted::Refused(Reply::error(format!(

@@ -3,7 +3,7 @@
 //! client address, before it is parsed or run, as Redis Cluster answers before it runs
 //! anything. With `no` (the default) the command goes on, and a follower forwards it.
 //!
-//! The slot is the first key's. A read runs here when the connection said READONLY (Redis's
+//! The slot is the first key's (the first shard channel's, for SSUBSCRIBE). A read runs here when the connection said READONLY (Redis's
 //! replica reads; flockd's reads are current on any node). With no leader known the command
 //! goes on and waits for one, as any proposal does.
 
@@ -26,7 +26,12 @@ pub fn redirect(
     if !config.cluster_redirect || (conn.readonly && !meta.flags.write) {
         return None;
     }
-    let first = meta.key_positions(args).next()?;
+    // A shard channel routes as a key does (SSUBSCRIBE checks its channels share a slot).
+    let first = if meta.shard_channels {
+        (args.len() > 1).then_some(1)?
+    } else {
+        meta.key_positions(args).next()?
+    };
     let slot = flockd_core::slot_of(&args[first]);
     match log.route(slot) {
         Route::Leader { host, port } => Some(Reply::error(format!("MOVED {slot} {host}:{port}"))),

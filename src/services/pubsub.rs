@@ -38,6 +38,9 @@ pub const DEFAULT_OUTPUT_LIMIT: usize = 32 * 1024 * 1024;
 /// One message on its way to a subscriber.
 #[derive(Debug)]
 pub struct Message {
+    /// The subscription it is for: a message on a channel that has both subscribers and shard
+    /// subscribers goes out twice, as `message` and as `smessage`.
+    pub kind: SubscriptionKind,
     pub channel: Bytes,
     /// The pattern it matched, for a pattern subscription (`pmessage`).
     pub pattern: Option<Bytes>,
@@ -138,11 +141,42 @@ impl Mailbox {
 
 type Subscribers = HashMap<u64, Arc<Mailbox>>;
 
+/// What a subscription is to: a channel (SUBSCRIBE), a pattern of channels (PSUBSCRIBE), or a
+/// shard channel (SSUBSCRIBE, Redis 7's sharded pub/sub: a channel routed by its slot, whose
+/// messages come as `smessage`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubscriptionKind {
+    Channel,
+    Pattern,
+    Shard,
+}
+
+impl SubscriptionKind {
+    /// The first word of its subscribe frame.
+    pub fn subscribed(self) -> &'static str {
+        match self {
+            SubscriptionKind::Channel => "subscribe",
+            SubscriptionKind::Pattern => "psubscribe",
+            SubscriptionKind::Shard => "ssubscribe",
+        }
+    }
+
+    /// The first word of its unsubscribe frame.
+    pub fn unsubscribed(self) -> &'static str {
+        match self {
+            SubscriptionKind::Channel => "unsubscribe",
+            SubscriptionKind::Pattern => "punsubscribe",
+            SubscriptionKind::Shard => "sunsubscribe",
+        }
+    }
+}
+
 /// The subscriptions and settings, shared with the publisher thread.
 pub struct Registry {
     channels: RwLock<HashMap<Bytes, Subscribers>>,
     patterns: RwLock<HashMap<Bytes, Subscribers>>,
-    /// Channel and pattern subscriptions, over all connections: publishing's fast path.
+    shard_channels: RwLock<HashMap<Bytes, Subscribers>>,
+    /// Subscriptions of every kind, over all connections: publishing's fast path.
     subscriptions: AtomicUsize,
     /// `notify-flock-events`.
     enabled: AtomicBool,
@@ -155,6 +189,7 @@ impl Default for Registry {
         Registry {
             channels: RwLock::default(),
             patterns: RwLock::default(),
+            shard_channels: RwLock::default(),
             subscriptions: AtomicUsize::new(0),
             enabled: AtomicBool::new(true),
             limit: AtomicUsize::new(DEFAULT_OUTPUT_LIMIT),
@@ -278,10 +313,18 @@ impl<'a> Outbox<'a> {
     }
 
     /// Adds `frame` (whose channel is `channel` within it) for the subscribers of `group`.
-    fn add(&mut self, group: usize, channel: Bytes, pattern: Option<&Bytes>, frame: Bytes) {
+    fn add(
+        &mut self,
+        group: usize,
+        kind: SubscriptionKind,
+        channel: Bytes,
+        pattern: Option<&Bytes>,
+        frame: Bytes,
+    ) {
         let index = self.messages.len() as u32;
         let size = frame.len();
         self.messages.push(Message {
+            kind,
             channel,
             pattern: pattern.cloned(),
             frame,
@@ -403,21 +446,25 @@ impl Registry {
         self.subscriptions.load(Ordering::Relaxed) > 0 && self.enabled.load(Ordering::Relaxed)
     }
 
-    /// Adds `id`'s subscription to `channel` (or to the pattern, with `pattern`); false if it
+    fn map(&self, kind: SubscriptionKind) -> &RwLock<HashMap<Bytes, Subscribers>> {
+        match kind {
+            SubscriptionKind::Channel => &self.channels,
+            SubscriptionKind::Pattern => &self.patterns,
+            SubscriptionKind::Shard => &self.shard_channels,
+        }
+    }
+
+    /// Adds `id`'s subscription of `kind` to `channel` (a pattern, for a pattern); false if it
     /// had it already.
     pub fn subscribe(
         &self,
-        pattern: bool,
+        kind: SubscriptionKind,
         channel: Bytes,
         id: u64,
         mailbox: &Arc<Mailbox>,
     ) -> bool {
-        let map = if pattern {
-            &self.patterns
-        } else {
-            &self.channels
-        };
-        let added = map
+        let added = self
+            .map(kind)
             .write()
             .entry(channel)
             .or_default()
@@ -430,13 +477,8 @@ impl Registry {
     }
 
     /// Removes `id`'s subscription; false if it had none.
-    pub fn unsubscribe(&self, pattern: bool, channel: &[u8], id: u64) -> bool {
-        let map = if pattern {
-            &self.patterns
-        } else {
-            &self.channels
-        };
-        let mut map = map.write();
+    pub fn unsubscribe(&self, kind: SubscriptionKind, channel: &[u8], id: u64) -> bool {
+        let mut map = self.map(kind).write();
         let Some(subscribers) = map.get_mut(channel) else {
             return false;
         };
@@ -454,6 +496,7 @@ impl Registry {
     /// matching it, to `outbox`. Each frame is encoded once, and only if somebody gets it.
     fn collect<'a>(
         channels: &'a HashMap<Bytes, Subscribers>,
+        shard_channels: &'a HashMap<Bytes, Subscribers>,
         patterns: &[(&Bytes, &'a Subscribers)],
         channel: &[u8],
         payload: &[u8],
@@ -462,7 +505,18 @@ impl Registry {
         if let Some(subscribers) = channels.get(channel) {
             let group = outbox.channel_group(subscribers);
             let (frame, at) = outbox.encode(&[b"message", channel, payload], 1);
-            outbox.add(group, frame.slice(at), None, frame);
+            outbox.add(
+                group,
+                SubscriptionKind::Channel,
+                frame.slice(at),
+                None,
+                frame,
+            );
+        }
+        if let Some(subscribers) = shard_channels.get(channel) {
+            let group = outbox.channel_group(subscribers);
+            let (frame, at) = outbox.encode(&[b"smessage", channel, payload], 1);
+            outbox.add(group, SubscriptionKind::Shard, frame.slice(at), None, frame);
         }
         for (at, (pattern, subscribers)) in patterns.iter().enumerate() {
             if !flockd_acl::glob_match(pattern, channel) {
@@ -470,18 +524,32 @@ impl Registry {
             }
             let group = outbox.pattern_group(at, subscribers);
             let (frame, range) = outbox.encode(&[b"pmessage", pattern, channel, payload], 2);
-            outbox.add(group, frame.slice(range), Some(pattern), frame);
+            outbox.add(
+                group,
+                SubscriptionKind::Pattern,
+                frame.slice(range),
+                Some(pattern),
+                frame,
+            );
         }
     }
 
     /// Runs `publish` with the subscriptions read once for the whole round, then sends it.
     fn round(&self, publish: impl FnOnce(&mut dyn FnMut(&[u8], &[u8]))) {
         let channels = self.channels.read();
+        let shard_channels = self.shard_channels.read();
         let patterns = self.patterns.read();
         let patterns: Vec<(&Bytes, &Subscribers)> = patterns.iter().collect();
         let mut outbox = Outbox::new(patterns.len());
         publish(&mut |channel, payload| {
-            Registry::collect(&channels, &patterns, channel, payload, &mut outbox)
+            Registry::collect(
+                &channels,
+                &shard_channels,
+                &patterns,
+                channel,
+                payload,
+                &mut outbox,
+            )
         });
         outbox.send(self.limit.load(Ordering::Relaxed));
     }
@@ -521,10 +589,11 @@ impl Registry {
         });
     }
 
-    /// PUBSUB CHANNELS: the channels with a subscriber, matching `pattern` if given.
-    pub fn channels(&self, pattern: Option<&[u8]>) -> Vec<Bytes> {
+    /// PUBSUB CHANNELS (SHARDCHANNELS, with `Shard`): the channels with a subscriber, matching
+    /// `pattern` if given.
+    pub fn channels(&self, kind: SubscriptionKind, pattern: Option<&[u8]>) -> Vec<Bytes> {
         let mut out: Vec<Bytes> = self
-            .channels
+            .map(kind)
             .read()
             .keys()
             .filter(|c| pattern.is_none_or(|p| flockd_acl::glob_match(p, c)))
@@ -534,9 +603,10 @@ impl Registry {
         out
     }
 
-    /// PUBSUB NUMSUB: subscribers of `channel` (not counting patterns).
-    pub fn numsub(&self, channel: &[u8]) -> usize {
-        self.channels.read().get(channel).map_or(0, HashMap::len)
+    /// PUBSUB NUMSUB (SHARDNUMSUB, with `Shard`): subscribers of `channel` (not counting
+    /// patterns).
+    pub fn numsub(&self, kind: SubscriptionKind, channel: &[u8]) -> usize {
+        self.map(kind).read().get(channel).map_or(0, HashMap::len)
     }
 
     /// PUBSUB NUMPAT: pattern subscriptions over all connections.
@@ -570,7 +640,12 @@ mod tests {
         let registry = ClientRegistry::default();
         let pubsub = Registry::default();
         let (mailbox, mut rx) = Mailbox::new(client(&registry));
-        pubsub.subscribe(false, Bytes::from_static(b"__flock__:a\r\nb"), 1, &mailbox);
+        pubsub.subscribe(
+            SubscriptionKind::Channel,
+            Bytes::from_static(b"__flock__:a\r\nb"),
+            1,
+            &mailbox,
+        );
         pubsub.publish_now(&[granted(b"a\r\nb", 7)]);
         let delivery = rx.try_recv().unwrap();
         let payloads: Vec<&[u8]> = delivery.messages().filter_map(Message::payload).collect();
@@ -607,9 +682,24 @@ mod tests {
         let (a, mut a_rx) = Mailbox::new(client(&registry));
         let (b, mut b_rx) = Mailbox::new(client(&registry));
         assert!(!ps.wants_events());
-        assert!(ps.subscribe(false, Bytes::from_static(b"__flock__:x"), 1, &a));
-        assert!(!ps.subscribe(false, Bytes::from_static(b"__flock__:x"), 1, &a));
-        assert!(ps.subscribe(true, Bytes::from_static(b"__flockevent__:*"), 2, &b));
+        assert!(ps.subscribe(
+            SubscriptionKind::Channel,
+            Bytes::from_static(b"__flock__:x"),
+            1,
+            &a
+        ));
+        assert!(!ps.subscribe(
+            SubscriptionKind::Channel,
+            Bytes::from_static(b"__flock__:x"),
+            1,
+            &a
+        ));
+        assert!(ps.subscribe(
+            SubscriptionKind::Pattern,
+            Bytes::from_static(b"__flockevent__:*"),
+            2,
+            &b
+        ));
         assert!(ps.wants_events());
         ps.publish_now(&[
             granted(b"x", 7),
@@ -644,10 +734,10 @@ mod tests {
         );
         assert_eq!(&batch[1].channel[..], b"__flockevent__:expired");
         assert!(batch[1].frame.ends_with(b"$3\r\n3 y\r\n"));
-        assert!(ps.unsubscribe(false, b"__flock__:x", 1));
-        assert!(ps.unsubscribe(true, b"__flockevent__:*", 2));
+        assert!(ps.unsubscribe(SubscriptionKind::Channel, b"__flock__:x", 1));
+        assert!(ps.unsubscribe(SubscriptionKind::Pattern, b"__flockevent__:*", 2));
         assert!(!ps.wants_events());
-        assert!(ps.channels(None).is_empty());
+        assert!(ps.channels(SubscriptionKind::Channel, None).is_empty());
     }
 
     #[test]
@@ -657,11 +747,36 @@ mod tests {
         let (a, mut a_rx) = Mailbox::new(client(&registry));
         let (b, mut b_rx) = Mailbox::new(client(&registry));
         let (c, mut c_rx) = Mailbox::new(client(&registry));
-        ps.subscribe(false, Bytes::from_static(b"__flock__:y"), 1, &a);
-        ps.subscribe(true, Bytes::from_static(b"__flockevent__:*"), 1, &a);
-        ps.subscribe(true, Bytes::from_static(b"__flock*"), 1, &a);
-        ps.subscribe(true, Bytes::from_static(b"__flockevent__:*"), 2, &b);
-        ps.subscribe(true, Bytes::from_static(b"__flockevent__:*"), 3, &c);
+        ps.subscribe(
+            SubscriptionKind::Channel,
+            Bytes::from_static(b"__flock__:y"),
+            1,
+            &a,
+        );
+        ps.subscribe(
+            SubscriptionKind::Pattern,
+            Bytes::from_static(b"__flockevent__:*"),
+            1,
+            &a,
+        );
+        ps.subscribe(
+            SubscriptionKind::Pattern,
+            Bytes::from_static(b"__flock*"),
+            1,
+            &a,
+        );
+        ps.subscribe(
+            SubscriptionKind::Pattern,
+            Bytes::from_static(b"__flockevent__:*"),
+            2,
+            &b,
+        );
+        ps.subscribe(
+            SubscriptionKind::Pattern,
+            Bytes::from_static(b"__flockevent__:*"),
+            3,
+            &c,
+        );
         ps.publish_now(&[granted(b"x", 1), granted(b"y", 2)]);
         let delivery = a_rx.try_recv().unwrap();
         let got: Vec<(Option<&[u8]>, &[u8])> = delivery
@@ -708,8 +823,18 @@ mod tests {
         let (slow_client, fast_client) = (client(&registry), client(&registry));
         let (slow, _slow_rx) = Mailbox::new(slow_client.clone());
         let (fast, mut fast_rx) = Mailbox::new(fast_client.clone());
-        ps.subscribe(true, Bytes::from_static(b"*"), 1, &slow);
-        ps.subscribe(true, Bytes::from_static(b"*"), 2, &fast);
+        ps.subscribe(
+            SubscriptionKind::Pattern,
+            Bytes::from_static(b"*"),
+            1,
+            &slow,
+        );
+        ps.subscribe(
+            SubscriptionKind::Pattern,
+            Bytes::from_static(b"*"),
+            2,
+            &fast,
+        );
         for token in 0..40 {
             ps.publish_now(&[granted(b"a-name-of-some-length", token)]);
             // The fast one takes everything out at once.

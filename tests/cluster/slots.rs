@@ -250,8 +250,26 @@ fn redirect_yes_answers_moved_with_the_leaders_address_and_no_forwards() {
     let err = query(&mut c, &["EXEC"]).unwrap_err();
     assert_eq!(err.code(), Some("EXECABORT"), "{err}");
 
-    // The leader serves it.
+    // A shard channel routes by its own slot; channels of two slots are refused.
+    let channel = "__flock__:{order:1042}";
+    let err = query(&mut c, &["SSUBSCRIBE", channel]).unwrap_err();
+    assert_eq!(err.code(), Some("MOVED"), "{err}");
+    let slot = flockd_core::slot_of(channel.as_bytes());
+    assert!(
+        err.to_string()
+            .contains(&format!("{slot} 127.0.0.1:{}", cluster.ports[leader])),
+        "{err}"
+    );
     let mut l = conn_to(&cluster, leader);
+    let err = query(&mut l, &["SSUBSCRIBE", "a", "b"]).unwrap_err();
+    assert_eq!(err.code(), Some("CROSSSLOT"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("Keys in request don't hash to the same slot"),
+        "{err}"
+    );
+
+    // The leader serves it.
     let token = text(&query(&mut l, &["FLOCK.ACQUIRE", "order:1042", "30000"]).unwrap());
     assert_eq!(token, "1");
 
@@ -392,4 +410,29 @@ async fn cluster_client_across_a_kill() {
             .unwrap_or_else(|e| panic!("acquire {name} after the failover: {e}"));
         assert!(token >= 2, "{name}: tokens never go back");
     }
+}
+
+/// A shard subscriber on a follower (cluster-redirect no) gets a lock's events as `smessage`,
+/// whichever node took the change: every node publishes what it applies.
+#[test]
+fn a_shard_subscriber_on_any_node_gets_the_locks_events() {
+    let cluster = Cluster::start(3);
+    let leader = cluster.wait_for_leader(Duration::from_secs(10));
+    let follower = (leader + 1) % 3;
+    let mut sub = crate::common::Raw::connect(cluster.addr(follower));
+    sub.send(b"SSUBSCRIBE __flock__:{order:7} {order:7}:other\r\n");
+    assert!(sub.read_reply().contains("ssubscribe"));
+    assert!(sub.read_reply().contains("{order:7}:other"));
+    let mut l = conn_to(&cluster, leader);
+    assert_eq!(
+        text(&query(&mut l, &["FLOCK.ACQUIRE", "{order:7}", "30000"]).unwrap()),
+        "1"
+    );
+    let got = sub
+        .poll_reply(Duration::from_secs(5))
+        .expect("an smessage within 5 s");
+    assert_eq!(
+        got,
+        "*3\r\n$8\r\nsmessage\r\n$19\r\n__flock__:{order:7}\r\n$9\r\ngranted 1\r\n"
+    );
 }

@@ -127,3 +127,29 @@ def test_ioredis_cluster_follows_moved_and_carries_on_after_its_kill(redirecting
     # ioredis follows it, so nothing is forwarded either.
     forwarded = run_node(redirecting_cluster, "ioredis", redirecting_cluster.ports)
     assert forwarded <= 2, forwarded
+
+
+def test_redis_py_sharded_pubsub_gets_a_locks_events(redirecting_cluster):
+    """redis-py's sharded pub/sub (`ClusterPubSub.ssubscribe`) routes the channel by its slot to
+    the leader (followers would answer -MOVED) and gets the lock's events as `smessage`."""
+    cluster = redirecting_cluster
+    leader = cluster.leader()
+    client = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", p) for p in cluster.ports])
+    pubsub = client.pubsub()
+    channel = "__flock__:{order:9}"
+    pubsub.ssubscribe(channel)
+    deadline = time.monotonic() + 5
+    first = None
+    while first is None and time.monotonic() < deadline:
+        first = pubsub.get_sharded_message(timeout=0.5)
+    assert first is not None and first["type"] == "ssubscribe", first
+    token = client.execute_command("FLOCK.ACQUIRE", "{order:9}", 30000)
+    assert client.get_node_from_key("{order:9}").port == cluster.ports[leader]
+    message = None
+    while message is None and time.monotonic() < deadline + 5:
+        message = pubsub.get_sharded_message(timeout=0.5)
+    assert message is not None, "no smessage within 5 s"
+    assert message["type"] == "smessage", message
+    assert message["channel"] == channel.encode()
+    assert message["data"] == f"granted {token}".encode()
+    pubsub.close()

@@ -402,6 +402,8 @@ fn command_introspection() {
         "readonly",
         "readwrite",
         "asking",
+        "ssubscribe",
+        "sunsubscribe",
     ];
     for name in expected_names {
         assert!(

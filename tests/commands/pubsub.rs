@@ -479,3 +479,115 @@ async fn the_redis_crate_receives_events() {
         format!("{token} crate")
     );
 }
+
+/// SSUBSCRIBE (Redis 7's sharded pub/sub) on a single node: its own frames and count, a lock's
+/// events as `smessage`, a channel subscribed both ways gets both frames, SUNSUBSCRIBE, PUBSUB's
+/// SHARD subcommands, RESET. (On a cluster node, -MOVED and -CROSSSLOT: tests/cluster/slots.rs.)
+#[test]
+fn ssubscribe_gets_a_locks_events_as_smessage() {
+    let s = TestServer::start(&[]);
+    let mut sub = s.raw();
+    sub.send(b"SSUBSCRIBE __flock__:a {x}one {y}two\r\n");
+    assert_eq!(
+        sub.read_reply(),
+        frame('*', "ssubscribe", Some("__flock__:a"), 1)
+    );
+    assert_eq!(
+        sub.read_reply(),
+        frame('*', "ssubscribe", Some("{x}one"), 2)
+    );
+    // Any slots on a single node: no cluster, no CROSSSLOT.
+    assert_eq!(
+        sub.read_reply(),
+        frame('*', "ssubscribe", Some("{y}two"), 3)
+    );
+    // Channel and shard channel counts are kept apart, as Redis keeps them.
+    sub.send(b"SUBSCRIBE __flock__:a\r\n");
+    assert_eq!(
+        sub.read_reply(),
+        frame('*', "subscribe", Some("__flock__:a"), 1)
+    );
+    assert!(
+        sub.call(&["FLOCK.TOKEN", "a"])
+            .starts_with("-ERR Can't execute")
+    );
+
+    let mut c = s.raw();
+    assert_eq!(c.call(&["FLOCK.ACQUIRE", "a", "30000"]), ":1\r\n");
+    let mut got = vec![next(&mut sub, "a message"), next(&mut sub, "a message")];
+    got.sort();
+    let smessage = format!(
+        "*3\r\n{}{}{}",
+        bulk("smessage"),
+        bulk("__flock__:a"),
+        bulk("granted 1")
+    );
+    assert_eq!(got, [message('*', "__flock__:a", "granted 1"), smessage]);
+    assert_eq!(
+        c.call(&["PUBSUB", "SHARDCHANNELS", "__flock__*"]),
+        format!("*1\r\n{}", bulk("__flock__:a"))
+    );
+    assert_eq!(
+        c.call(&["PUBSUB", "SHARDNUMSUB", "{x}one", "none"]),
+        format!("*4\r\n{}:1\r\n{}:0\r\n", bulk("{x}one"), bulk("none"))
+    );
+    assert_eq!(
+        c.call(&["PUBSUB", "NUMSUB", "{x}one"]),
+        format!("*2\r\n{}:0\r\n", bulk("{x}one"))
+    );
+
+    sub.send(b"SUNSUBSCRIBE {x}one\r\n");
+    assert_eq!(
+        sub.read_reply(),
+        frame('*', "sunsubscribe", Some("{x}one"), 2)
+    );
+    sub.send(b"UNSUBSCRIBE\r\n");
+    assert_eq!(
+        sub.read_reply(),
+        frame('*', "unsubscribe", Some("__flock__:a"), 0)
+    );
+    // Still subscribed to shard channels: still in subscribed mode.
+    assert!(
+        sub.call(&["FLOCK.TOKEN", "a"])
+            .starts_with("-ERR Can't execute")
+    );
+    assert_eq!(c.call(&["FLOCK.RELEASE", "a", "1"]), ":1\r\n");
+    let smessage = format!(
+        "*3\r\n{}{}{}",
+        bulk("smessage"),
+        bulk("__flock__:a"),
+        bulk("released 1")
+    );
+    assert_eq!(next(&mut sub, "the release"), smessage);
+    sub.send(b"SUNSUBSCRIBE\r\n");
+    let mut left = vec![sub.read_reply(), sub.read_reply()];
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            frame('*', "sunsubscribe", Some("__flock__:a"), 1),
+            frame('*', "sunsubscribe", Some("{y}two"), 0),
+        ]
+    );
+    sub.send(b"SUNSUBSCRIBE\r\n");
+    assert_eq!(sub.read_reply(), frame('*', "sunsubscribe", None, 0));
+    assert_eq!(sub.call(&["FLOCK.TOKEN", "a"]), ":1\r\n");
+    // RESET leaves shard channels too.
+    sub.send(b"SSUBSCRIBE z\r\n");
+    assert_eq!(sub.read_reply(), frame('*', "ssubscribe", Some("z"), 1));
+    assert_eq!(sub.call(&["RESET"]), "+RESET\r\n");
+    assert_eq!(
+        c.call(&["PUBSUB", "SHARDNUMSUB", "z"]),
+        format!("*2\r\n{}:0\r\n", bulk("z"))
+    );
+    assert_eq!(
+        c.call(&["SSUBSCRIBE"]),
+        "-ERR wrong number of arguments for 'ssubscribe' command\r\n"
+    );
+    assert_eq!(c.call(&["MULTI"]), "+OK\r\n");
+    assert_eq!(
+        c.call(&["SSUBSCRIBE", "z"]),
+        "-ERR Command not allowed inside a transaction\r\n"
+    );
+    assert_eq!(c.call(&["DISCARD"]), "+OK\r\n");
+}

@@ -7,7 +7,7 @@ use flockd_proto::ProtocolVersion;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{Connection, FLUSH_AFTER_REPLIES};
-use crate::services::pubsub::Delivery;
+use crate::services::pubsub::{Delivery, SubscriptionKind};
 
 /// How long a subscriber's messages may wait to be written together.
 const MESSAGE_COALESCING: Duration = Duration::from_millis(1);
@@ -38,9 +38,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             mailbox.delivered(delivery.size);
         }
         for message in delivery.messages() {
-            let subscribed = match &message.pattern {
-                Some(pattern) => subs.patterns.contains(pattern),
-                None => subs.channels.contains(&message.channel),
+            let subscribed = match (message.kind, &message.pattern) {
+                (SubscriptionKind::Pattern, Some(pattern)) => subs.patterns.contains(pattern),
+                (SubscriptionKind::Shard, _) => subs.shard_channels.contains(&message.channel),
+                _ => subs.channels.contains(&message.channel),
             };
             if !subscribed {
                 continue;

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::error::{ConsoleError, MAX_FEEDS};
 use crate::server::shared::Shared;
 use crate::services::clients::ClientHandle;
-use crate::services::pubsub::{Delivery, LOCK_CHANNEL_PREFIX, Mailbox};
+use crate::services::pubsub::{Delivery, LOCK_CHANNEL_PREFIX, Mailbox, SubscriptionKind};
 
 /// Chunks waiting for a feed's reader, at most.
 pub const QUEUE: usize = 64;
@@ -58,10 +58,12 @@ pub fn open(
         names.user = Some(Bytes::from(user.name.clone()));
     }
     let (mailbox, deliveries) = Mailbox::new(client.clone());
-    shared
-        .applied
-        .pubsub
-        .subscribe(false, channel.clone(), client.id, &mailbox);
+    shared.applied.pubsub.subscribe(
+        SubscriptionKind::Channel,
+        channel.clone(),
+        client.id,
+        &mailbox,
+    );
     let feed = Feed {
         shared: shared.clone(),
         client,
@@ -99,10 +101,11 @@ struct Feed {
 
 impl Drop for Feed {
     fn drop(&mut self) {
-        self.shared
-            .applied
-            .pubsub
-            .unsubscribe(false, &self.channel, self.client.id);
+        self.shared.applied.pubsub.unsubscribe(
+            SubscriptionKind::Channel,
+            &self.channel,
+            self.client.id,
+        );
         self.shared.clients.unregister(self.client.id);
     }
 }
