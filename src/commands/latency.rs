@@ -4,7 +4,7 @@
 //! of each second in which a command took at least `latency-monitor-threshold` ms (0, the
 //! default, turns it off, as in Redis). flockd's events are Redis's `command` and
 //! `fast-command`. HISTOGRAM answers every command's calls by duration in Redis 7's shape (see
-//! `services::stats::Histogram`); it is always on.
+//! `services::stats::LatencyHistogram`); it is always on.
 
 use bytes::Bytes;
 use flockd_proto::Reply;

@@ -118,10 +118,6 @@ pub async fn open(
     })
 }
 
-fn from_fixed(h: &flockd_aof::FixedHistogram) -> HistogramData {
-    HistogramData::from_counts(h.bounds, &h.counts, h.sum)
-}
-
 impl Log for AofLog {
     fn propose(&self, ops: Vec<Op>) -> Committing {
         Committing::new(
@@ -221,8 +217,8 @@ impl Log for AofLog {
 
     fn metrics(&self, snapshot: &mut MetricsSnapshot) {
         let a = self.aof.stats();
-        snapshot.aof_fsync_duration = from_fixed(&a.fsync_seconds);
-        snapshot.aof_records_per_fsync = from_fixed(&a.records_per_fsync);
+        snapshot.aof_fsync_duration = HistogramData::from_histogram(&a.fsync_seconds);
+        snapshot.aof_records_per_fsync = HistogramData::from_histogram(&a.records_per_fsync);
         snapshot.aof_size_bytes = a.file_size;
         snapshot.aof_rewrites = a.rewrites;
         snapshot.aof_write_errors = a.write_errors;

@@ -207,16 +207,8 @@ fn raft_metrics(cluster: &Cluster) -> RaftMetrics {
         applied_index: view.applied_index,
         leader_changes: stats.leader_changes,
         forwarded_commands: stats.forwarded_commands,
-        proposal_duration: HistogramData::from_counts(
-            flockd_raft::PROPOSAL_SECONDS_BOUNDS,
-            &stats.proposal_counts,
-            stats.proposal_seconds_sum,
-        ),
-        log_fsync_duration: HistogramData::from_counts(
-            flockd_raft::LOG_FSYNC_SECONDS_BOUNDS,
-            &stats.log_fsync_counts,
-            stats.log_fsync_seconds_sum,
-        ),
+        proposal_duration: HistogramData::from_histogram(&stats.proposals),
+        log_fsync_duration: HistogramData::from_histogram(&stats.log_fsyncs),
     }
 }
 

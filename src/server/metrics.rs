@@ -13,9 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::shared::Shared;
 use crate::commands::TABLE;
-use crate::services::stats::{
-    self, HISTOGRAM_BUCKETS, TIME_BOUNDS_SECONDS, TimeHistogram, bucket_usec,
-};
+use crate::services::stats::{self, HISTOGRAM_BUCKETS, bucket_usec};
+use flockd_histogram::Histogram;
 
 /// What the metrics port reads; the server is set once it serves.
 #[derive(Default)]
@@ -48,9 +47,8 @@ pub async fn start(
     Ok(local)
 }
 
-fn from_time_histogram(h: &TimeHistogram) -> HistogramData {
-    let (counts, sum) = h.read();
-    HistogramData::from_counts(&TIME_BOUNDS_SECONDS, &counts, sum)
+fn from_time_histogram(h: &Histogram) -> HistogramData {
+    HistogramData::from_histogram(&h.read())
 }
 
 /// A command's duration histogram in seconds. Its last level also holds every call slower

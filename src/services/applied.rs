@@ -15,17 +15,27 @@ use tokio::sync::Notify;
 
 use super::hot::{Contention, HotLocks};
 use super::pubsub::PubSub;
-use super::stats::TimeHistogram;
+use super::stats::time_histogram;
 use super::waiters::{Grant, WaitRegistry};
+use flockd_histogram::Histogram;
 
 /// How long locks are held, from the events of applied ops (log time, so a hold's length is
 /// what the leases saw). Holdings restored from a snapshot have no known start and are not
 /// measured.
-#[derive(Default)]
 pub struct HoldTimes {
-    pub released: TimeHistogram,
-    pub expired: TimeHistogram,
-    pub force_released: TimeHistogram,
+    pub released: Histogram,
+    pub expired: Histogram,
+    pub force_released: Histogram,
+}
+
+impl Default for HoldTimes {
+    fn default() -> Self {
+        HoldTimes {
+            released: time_histogram(),
+            expired: time_histogram(),
+            force_released: time_histogram(),
+        }
+    }
 }
 
 impl HoldTimes {
@@ -37,7 +47,7 @@ impl HoldTimes {
             _ => return,
         };
         if let Some(ms) = held_ms {
-            ended.observe(Duration::from_millis(*ms));
+            ended.observe_duration(Duration::from_millis(*ms));
         }
     }
 }

@@ -7,7 +7,9 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use flockd_histogram::Histogram;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -22,7 +24,7 @@ pub struct CommandStat {
     pub rejected: AtomicU64,
     pub failed: AtomicU64,
     /// The calls by duration, for LATENCY HISTOGRAM.
-    pub histogram: Histogram,
+    pub histogram: LatencyHistogram,
     /// Error replies by error code (their first word), for the metrics port. Locked only when
     /// a call fails.
     pub errors: Mutex<Vec<(Box<str>, u64)>>,
@@ -99,9 +101,9 @@ pub struct ServerStats {
     /// The highest `used_memory` seen (by INFO or the once-a-second sample), in bytes.
     pub memory_peak: AtomicU64,
     /// Queued waits, from the acquire to the grant ...
-    pub wait_granted: TimeHistogram,
+    pub wait_granted: Histogram,
     /// ... or to the timeout.
-    pub wait_timed_out: TimeHistogram,
+    pub wait_timed_out: Histogram,
 }
 
 impl ServerStats {
@@ -122,8 +124,8 @@ impl ServerStats {
             slowlog: SlowLog::default(),
             latency: LatencyMonitor::default(),
             memory_peak: AtomicU64::new(0),
-            wait_granted: TimeHistogram::default(),
-            wait_timed_out: TimeHistogram::default(),
+            wait_granted: time_histogram(),
+            wait_timed_out: time_histogram(),
         }
     }
 }
@@ -188,7 +190,7 @@ pub const HISTOGRAM_BUCKETS: usize = 21;
 /// highest value it holds, in µs: 1, 2, 4, 8, 16, 33, 66, 132, 264, ... A call of `d` µs counts
 /// in the first level whose name is at least `d`, exactly as it would in Redis.
 #[derive(Default)]
-pub struct Histogram([AtomicU64; HISTOGRAM_BUCKETS]);
+pub struct LatencyHistogram([AtomicU64; HISTOGRAM_BUCKETS]);
 
 /// The highest duration, in ns, that level `i` (1024·2^i ns) of Redis's histogram holds: the
 /// level plus the width of its sub-bucket (512 ns below 131072 ns, a 128th of it above) less 1.
@@ -211,7 +213,7 @@ fn bucket_of(usec: u64) -> usize {
         .unwrap_or(HISTOGRAM_BUCKETS - 1)
 }
 
-impl Histogram {
+impl LatencyHistogram {
     pub fn record(&self, usec: u64) {
         bump(&self.0[bucket_of(usec)], 1);
     }
@@ -248,31 +250,9 @@ pub const TIME_BOUNDS_SECONDS: [f64; 15] = [
     0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0,
 ];
 
-/// Durations in [`TIME_BOUNDS_SECONDS`] buckets (the last one: longer), lock-free.
-#[derive(Default)]
-pub struct TimeHistogram {
-    counts: [AtomicU64; TIME_BOUNDS_SECONDS.len() + 1],
-    sum_usec: AtomicU64,
-}
-
-impl TimeHistogram {
-    pub fn observe(&self, duration: Duration) {
-        let seconds = duration.as_secs_f64();
-        let i = TIME_BOUNDS_SECONDS
-            .iter()
-            .position(|&bound| seconds <= bound)
-            .unwrap_or(TIME_BOUNDS_SECONDS.len());
-        bump(&self.counts[i], 1);
-        bump(&self.sum_usec, duration.as_micros() as u64);
-    }
-
-    /// (per-bucket counts, sum in seconds).
-    pub fn read(&self) -> (Vec<u64>, f64) {
-        (
-            self.counts.iter().map(read).collect(),
-            read(&self.sum_usec) as f64 / 1e6,
-        )
-    }
+/// Durations of waits and holds over [`TIME_BOUNDS_SECONDS`] (the last bucket: longer).
+pub fn time_histogram() -> Histogram {
+    Histogram::of_seconds(&TIME_BOUNDS_SECONDS)
 }
 
 // ----------------------------------------------------------------------------- slow log
@@ -643,7 +623,7 @@ mod tests {
         ] {
             assert_eq!(bucket_of(usec), bucket, "{usec} µs");
         }
-        let h = Histogram::default();
+        let h = LatencyHistogram::default();
         for usec in [0, 1, 1, 2, 7, 40] {
             h.record(usec);
         }

@@ -27,7 +27,6 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 pub use error::{AofError, ParseFsyncPolicyError};
-pub use histogram::FixedHistogram;
 // The file format and reading a file back live in flockd-log, which the Raft log's snapshots
 // share; they are the AOF's file API too.
 pub use flockd_log::{CheckReport, FileError, ReplayReport, Version, check, fix, load, record};

@@ -21,6 +21,11 @@ impl HistogramData {
         HistogramData { buckets, sum }
     }
 
+    /// From a histogram's counts.
+    pub fn from_histogram(counts: &flockd_histogram::Counts) -> HistogramData {
+        HistogramData::from_counts(counts.bounds, &counts.counts, counts.sum)
+    }
+
     /// An empty histogram over `bounds` (increasing, finite); +Inf is added.
     pub fn with_bounds(bounds: &[f64]) -> HistogramData {
         let mut buckets: Vec<(f64, u64)> = bounds.iter().map(|&b| (b, 0)).collect();

@@ -24,8 +24,9 @@ use raft_log::api::raft_log_writer::RaftLogWriter;
 use raft_log::codeq::{Decode, Encode};
 use raft_log::{RaftLog, Types};
 
-use crate::counters::LogFsyncDurations;
+use crate::counters::log_fsync_histogram;
 use crate::types::{EntryPayload, FlockRaft, LeaderId, LogId, RaftEntry, Vote};
+use flockd_histogram::Histogram;
 
 /// raft-log's flush worker syncs what it has at once: its default gathering wait, 1 ms, added a
 /// millisecond to every commit at low load (on the leader and on each follower).
@@ -160,7 +161,7 @@ pub enum FlushWaiter {
 /// wait is measured from when it was queued, queue and write included.
 pub struct WalCallback {
     waiter: FlushWaiter,
-    fsyncs: Arc<LogFsyncDurations>,
+    fsyncs: Arc<Histogram>,
     /// Set for the appends' flush: the group to tell that it completed.
     group: Option<Arc<SyncGroup>>,
 }
@@ -169,7 +170,7 @@ impl raft_log::Callback for WalCallback {
     fn send(self, res: io::Result<()>) {
         let observe = |queued: Instant| {
             if res.is_ok() {
-                self.fsyncs.observe(queued.elapsed());
+                self.fsyncs.observe_duration(queued.elapsed());
             }
         };
         match self.waiter {
@@ -255,7 +256,7 @@ pub struct LogStore {
     /// harness, which may change it while the node runs.
     sync_delay_ms: Arc<std::sync::atomic::AtomicU64>,
     /// How long votes and appends waited for their fsync, for the metrics port.
-    fsyncs: Arc<LogFsyncDurations>,
+    fsyncs: Arc<Histogram>,
     group: Arc<SyncGroup>,
     /// Set once the task that queues the parked appends' flush runs (on the first append: the
     /// store may be opened outside a runtime).
@@ -283,7 +284,7 @@ impl LogStore {
             log: Arc::new(Mutex::new(Some(log))),
             appended: Arc::default(),
             sync_delay_ms,
-            fsyncs: Arc::default(),
+            fsyncs: Arc::new(log_fsync_histogram()),
             group: Arc::default(),
             flusher: Arc::new(std::sync::Once::new()),
         })
@@ -307,7 +308,7 @@ impl LogStore {
     async fn queue_parked(
         log: Arc<Mutex<Option<RaftLog<WalTypes>>>>,
         group: Arc<SyncGroup>,
-        fsyncs: Arc<LogFsyncDurations>,
+        fsyncs: Arc<Histogram>,
     ) {
         loop {
             group.next.notified().await;
@@ -343,7 +344,7 @@ impl LogStore {
     }
 
     /// How long synced writes waited for their fsync (flockd_raft_log_fsync_duration_seconds).
-    pub fn fsyncs(&self) -> &LogFsyncDurations {
+    pub fn fsyncs(&self) -> &Histogram {
         &self.fsyncs
     }
 
@@ -371,10 +372,7 @@ impl LogStore {
 
     /// Queues a flush that syncs, and blocks until it did (used for the vote: a vote must be on
     /// disk before the node acts on it).
-    fn flush_and_wait(
-        log: &mut RaftLog<WalTypes>,
-        fsyncs: &Arc<LogFsyncDurations>,
-    ) -> io::Result<()> {
+    fn flush_and_wait(log: &mut RaftLog<WalTypes>, fsyncs: &Arc<Histogram>) -> io::Result<()> {
         let (tx, rx) = sync_channel(1);
         log.flush(
             true,

@@ -76,7 +76,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         Reply::Integer(_) | Reply::Array(_) => &self.shared.stats.wait_granted,
                         _ => &self.shared.stats.wait_timed_out,
                     };
-                    waited.observe(started.elapsed());
+                    waited.observe_duration(started.elapsed());
                     let contention = Contention::Waited(started.elapsed());
                     self.shared
                         .applied
@@ -93,7 +93,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 // time left.
                 Parked::Dropped if Instant::now() < deadline => continue,
                 Parked::Dropped => {
-                    self.shared.stats.wait_timed_out.observe(started.elapsed());
+                    self.shared
+                        .stats
+                        .wait_timed_out
+                        .observe_duration(started.elapsed());
                     self.push_ready((hook.nothing)());
                     return Ok(Next::Continue);
                 }

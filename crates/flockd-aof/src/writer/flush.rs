@@ -233,8 +233,8 @@ impl Writer {
         c.fsyncs += 1;
         c.records_synced += records;
         c.fsync_seconds
-            .observe(self.last_fsync.duration_since(started).as_secs_f64());
-        c.records_per_fsync.observe(records as f64);
+            .observe_duration(self.last_fsync.duration_since(started));
+        c.records_per_fsync.observe_value(records);
         c.last_fsync_unix_ms = Some(unix_ms());
         Ok(())
     }

@@ -65,8 +65,8 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::{oneshot, watch};
 
 use crate::error::AofError;
-use crate::histogram::FixedHistogram;
 use crate::{AofOptions, FsyncPolicy};
+use flockd_histogram::Counts;
 use flockd_log::{ProposalResult, ProposeError};
 
 use flush::run_writer;
@@ -118,9 +118,9 @@ pub struct AofStats {
     /// Failed writes and fsyncs (each one puts the writer in the failed state).
     pub write_errors: u64,
     /// How long each fsync took, in seconds.
-    pub fsync_seconds: FixedHistogram,
+    pub fsync_seconds: Counts,
     /// How many records each fsync made durable.
-    pub records_per_fsync: FixedHistogram,
+    pub records_per_fsync: Counts,
 }
 
 impl Aof {
@@ -465,8 +465,8 @@ impl Aof {
             write_failed: self.sh.failed.lock().is_some(),
             last_error: c.last_error.clone(),
             write_errors: c.write_errors,
-            fsync_seconds: c.fsync_seconds.clone(),
-            records_per_fsync: c.records_per_fsync.clone(),
+            fsync_seconds: c.fsync_seconds.read(),
+            records_per_fsync: c.records_per_fsync.read(),
         }
     }
 

@@ -13,7 +13,8 @@ use tokio::sync::{oneshot, watch};
 
 use crate::FsyncPolicy;
 use crate::error::AofError;
-use crate::histogram::{FSYNC_SECONDS_BOUNDS, FixedHistogram, RECORDS_PER_FSYNC_BOUNDS};
+use crate::histogram::{FSYNC_SECONDS_BOUNDS, RECORDS_PER_FSYNC_BOUNDS};
+use flockd_histogram::Histogram;
 use flockd_log::ProposalResult;
 /// A queued proposal.
 pub(super) struct QueuedProposal {
@@ -100,8 +101,8 @@ impl Progress {
 
 pub(super) struct WriterCounters {
     pub(super) write_errors: u64,
-    pub(super) fsync_seconds: FixedHistogram,
-    pub(super) records_per_fsync: FixedHistogram,
+    pub(super) fsync_seconds: Histogram,
+    pub(super) records_per_fsync: Histogram,
     pub(super) file_size: u64,
     pub(super) size_at_last_rewrite: u64,
     pub(super) rewrites: u64,
@@ -120,8 +121,8 @@ impl Default for WriterCounters {
     fn default() -> Self {
         WriterCounters {
             write_errors: 0,
-            fsync_seconds: FixedHistogram::new(FSYNC_SECONDS_BOUNDS),
-            records_per_fsync: FixedHistogram::new(RECORDS_PER_FSYNC_BOUNDS),
+            fsync_seconds: Histogram::of_seconds(FSYNC_SECONDS_BOUNDS),
+            records_per_fsync: Histogram::of_values(RECORDS_PER_FSYNC_BOUNDS),
             file_size: 0,
             size_at_last_rewrite: 0,
             rewrites: 0,
