@@ -374,10 +374,8 @@ fn config_resetstat_resets_what_redis_resets() {
     assert_eq!(names, ["info", "config"], "{histogram:?}");
     // Redis keeps the slow log and the latency monitor.
     assert!(raw.int(&["SLOWLOG", "LEN"]) >= slow_before);
-    assert_eq!(
-        parse(&raw.call(&["LATENCY", "LATEST"])).items().len(),
-        parse(&latest).items().len()
-    );
+    // (At least as many events: on a loaded machine a command since may have been slow too.)
+    assert!(parse(&raw.call(&["LATENCY", "LATEST"])).items().len() >= parse(&latest).items().len());
     // And the connection counter counts again.
     drop(server.raw());
     wait_for(|| info_int(&mut raw, "stats", "total_connections_received") == 1);
