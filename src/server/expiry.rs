@@ -17,11 +17,11 @@ const BATCH: usize = 4096;
 
 pub async fn run(shared: Arc<Shared>) {
     // On a cluster node only the leader's clock times leases: a follower's task waits here.
-    let mut leading = shared.log.lease_duty();
+    let mut on_duty = shared.log.lease_duty();
     loop {
-        if !*leading.borrow_and_update() {
+        if !*on_duty.borrow_and_update() {
             tokio::select! {
-                changed = leading.changed() => if changed.is_err() { return },
+                changed = on_duty.changed() => if changed.is_err() { return },
                 _ = shared.shutdown.cancelled() => return,
             }
             continue;
@@ -51,7 +51,7 @@ pub async fn run(shared: Arc<Shared>) {
                 }
             } => {}
             _ = shared.applied.expiry_wake.notified() => {}
-            _ = leading.changed() => {}
+            _ = on_duty.changed() => {}
             _ = shared.shutdown.cancelled() => return,
         }
     }

@@ -42,7 +42,7 @@ pub(super) async fn reclaim_idle_names(shared: Arc<Shared>) {
     const BATCH: usize = 10_000;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     // Only the leader forgets names (the followers apply its Forget ops).
-    let leading = shared.log.lease_duty();
+    let on_duty = shared.log.lease_duty();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -50,7 +50,7 @@ pub(super) async fn reclaim_idle_names(shared: Arc<Shared>) {
         }
         // Read each time: CONFIG SET max-idle-names takes effect at the next tick (0: no bound).
         let max = shared.config.load().max_idle_names;
-        if max == 0 || !*leading.borrow() {
+        if max == 0 || !*on_duty.borrow() {
             continue;
         }
         loop {
