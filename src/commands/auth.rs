@@ -71,8 +71,7 @@ pub fn check_credentials(
     let user = ctx.server.acl().read().authenticate(&name, password);
     match user {
         Some(user) => {
-            ctx.conn.handle.names.lock().user = Some(bytes::Bytes::from(user.name.clone()));
-            ctx.conn.user = user;
+            ctx.conn.set_user(user);
             ctx.conn.acl_generation = ctx.server.acl().generation();
             ctx.conn.authenticated = true;
             Ok(())

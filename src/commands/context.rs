@@ -18,7 +18,6 @@ use crate::services::pubsub::{Delivery, Mailbox, SubscriptionKind};
 /// Per-connection state that commands read and change.
 pub struct ConnState {
     pub handle: Arc<ClientHandle>,
-    pub protocol: ProtocolVersion,
     pub authenticated: bool,
     /// Who the connection is (`default` until AUTH), as of ACL generation `acl_generation`.
     pub user: std::sync::Arc<flockd_acl::User>,
@@ -42,7 +41,6 @@ impl ConnState {
             .expect("the default user always exists");
         ConnState {
             handle,
-            protocol: ProtocolVersion::Resp2,
             authenticated: user.enabled && user.nopass,
             acl_generation: server.acl().generation(),
             user,
@@ -50,6 +48,17 @@ impl ConnState {
             subscriptions: Subscriptions::default(),
             readonly: false,
         }
+    }
+
+    /// The protocol the connection speaks (HELLO's; kept in its [`ClientHandle`] alone).
+    pub fn protocol(&self) -> ProtocolVersion {
+        self.handle.protocol()
+    }
+
+    /// Who the connection is now: for its own checks, and as CLIENT LIST shows it.
+    pub fn set_user(&mut self, user: Arc<flockd_acl::User>) {
+        self.handle.names.lock().user = Some(Bytes::from(user.name.clone()));
+        self.user = user;
     }
 
     /// Whether this connection came in on the sentinel port, where the node is a Sentinel.

@@ -86,18 +86,9 @@ impl LocalCommand for Hello {
             ctx.conn.handle.names.lock().name = (!name.is_empty()).then(|| name.clone());
         }
         if let Some(protocol) = self.protocol {
-            ctx.conn.protocol = protocol;
-            let resp = if protocol == ProtocolVersion::Resp3 {
-                3
-            } else {
-                2
-            };
-            ctx.conn
-                .handle
-                .resp
-                .store(resp, std::sync::atomic::Ordering::Relaxed);
+            ctx.conn.handle.set_protocol(protocol);
         }
-        let proto = if ctx.conn.protocol == ProtocolVersion::Resp3 {
+        let proto = if ctx.conn.protocol() == ProtocolVersion::Resp3 {
             3
         } else {
             2

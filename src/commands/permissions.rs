@@ -189,7 +189,7 @@ pub fn check(
     let generation = state.generation();
     if conn.acl_generation != generation {
         match state.user(&conn.user.name) {
-            Some(user) => conn.user = user,
+            Some(user) => conn.set_user(user),
             // The user was deleted: its connections end, as in Redis.
             None => return Err(CommandError::UserDeleted),
         }

@@ -38,7 +38,7 @@ impl CommandDef for Ping {
 impl LocalCommand for Ping {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         // RESP2's subscribed mode answers as a message would come: `[pong, message or ""]`.
-        if ctx.conn.subscriptions.active() && ctx.conn.protocol == ProtocolVersion::Resp2 {
+        if ctx.conn.subscriptions.active() && ctx.conn.protocol() == ProtocolVersion::Resp2 {
             return reply(Reply::Array(vec![
                 Reply::Bulk(Bytes::from_static(b"pong")),
                 Reply::Bulk(self.message.unwrap_or_default()),

@@ -33,19 +33,14 @@ impl CommandDef for Reset {
 
 impl LocalCommand for Reset {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        ctx.conn.protocol = ProtocolVersion::Resp2;
+        ctx.conn.handle.set_protocol(ProtocolVersion::Resp2);
         ctx.conn.readonly = false;
-        ctx.conn
-            .handle
-            .resp
-            .store(2, std::sync::atomic::Ordering::Relaxed);
         // Back to `default`, logged in only if that user needs no password (Redis's RESET).
         if let Some(user) = ctx.server.acl().user("default") {
             ctx.conn.authenticated = user.enabled && user.nopass;
-            ctx.conn.user = user;
+            ctx.conn.set_user(user);
         }
         ctx.conn.acl_generation = ctx.server.acl().generation();
-        ctx.conn.handle.names.lock().user = None;
         ctx.conn.handle.names.lock().name = None;
         super::unsubscribe::leave_all(&ctx.server.applied().pubsub, ctx.conn);
         Ok(Outcome::Discard(Reply::Simple("RESET".into())))

@@ -88,7 +88,7 @@ pub fn admit(shared: &Shared, config: &Config, conn: &mut ConnState, request: Re
     }
     // RESP2's subscribed mode: the connection carries messages, and only these commands.
     if conn.subscriptions.active()
-        && conn.protocol == flockd_proto::ProtocolVersion::Resp2
+        && conn.protocol() == flockd_proto::ProtocolVersion::Resp2
         && !matches!(
             meta.name,
             "subscribe"

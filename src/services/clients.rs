@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use dashmap::DashMap;
+use flockd_proto::ProtocolVersion;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -30,14 +31,31 @@ pub struct ClientHandle {
     pub last_command_ms: AtomicU64,
     /// Table index + 1 of the last command (0: none yet), for `cmd=`.
     pub last_command: AtomicUsize,
-    /// 2 or 3.
-    pub resp: AtomicUsize,
+    /// 2 or 3: the connection's protocol, kept here alone (the connection reads it through
+    /// [`ClientHandle::protocol`], CLIENT LIST as `resp=`).
+    resp: AtomicUsize,
     /// Cancelled by CLIENT KILL.
     pub kill: CancellationToken,
     pub blocked: std::sync::atomic::AtomicBool,
 }
 
 impl ClientHandle {
+    pub fn protocol(&self) -> ProtocolVersion {
+        if self.resp.load(Ordering::Relaxed) == 3 {
+            ProtocolVersion::Resp3
+        } else {
+            ProtocolVersion::Resp2
+        }
+    }
+
+    pub fn set_protocol(&self, protocol: ProtocolVersion) {
+        let resp = match protocol {
+            ProtocolVersion::Resp3 => 3,
+            ProtocolVersion::Resp2 => 2,
+        };
+        self.resp.store(resp, Ordering::Relaxed);
+    }
+
     /// The connection ran the command at `command_index` at `now` (the caller's clock reading,
     /// so a command costs one read of the clock, not one per bookkeeper).
     pub fn touch(&self, command_index: usize, now: std::time::Instant) {

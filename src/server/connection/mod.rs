@@ -153,7 +153,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         self.pending_size += approx_encoded_len(&reply);
         self.pending.push(PendingReply {
             slot: ReplySlot::Ready(reply),
-            protocol: self.conn.protocol,
+            protocol: self.conn.protocol(),
         });
     }
 

@@ -199,7 +199,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 self.in_flight += 1;
                 self.pending.push(PendingReply {
                     slot: ReplySlot::Proposed,
-                    protocol: self.conn.protocol,
+                    protocol: self.conn.protocol(),
                 });
                 Ok(Next::Continue)
             }

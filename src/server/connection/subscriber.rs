@@ -46,7 +46,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             if !subscribed {
                 continue;
             }
-            if self.conn.protocol == ProtocolVersion::Resp3 {
+            if self.conn.protocol() == ProtocolVersion::Resp3 {
                 self.output.extend_from_slice(b">");
                 self.output.extend_from_slice(&message.frame[1..]);
             } else {
