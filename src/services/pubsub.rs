@@ -618,6 +618,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use SubscriptionKind::{Channel, Pattern};
     use std::net::SocketAddr;
 
     use crate::services::clients::ClientRegistry;
@@ -641,7 +642,7 @@ mod tests {
         let pubsub = Registry::default();
         let (mailbox, mut rx) = Mailbox::new(client(&registry));
         pubsub.subscribe(
-            SubscriptionKind::Channel,
+            Channel,
             Bytes::from_static(b"__flock__:a\r\nb"),
             1,
             &mailbox,
@@ -682,24 +683,9 @@ mod tests {
         let (a, mut a_rx) = Mailbox::new(client(&registry));
         let (b, mut b_rx) = Mailbox::new(client(&registry));
         assert!(!ps.wants_events());
-        assert!(ps.subscribe(
-            SubscriptionKind::Channel,
-            Bytes::from_static(b"__flock__:x"),
-            1,
-            &a
-        ));
-        assert!(!ps.subscribe(
-            SubscriptionKind::Channel,
-            Bytes::from_static(b"__flock__:x"),
-            1,
-            &a
-        ));
-        assert!(ps.subscribe(
-            SubscriptionKind::Pattern,
-            Bytes::from_static(b"__flockevent__:*"),
-            2,
-            &b
-        ));
+        assert!(ps.subscribe(Channel, Bytes::from_static(b"__flock__:x"), 1, &a));
+        assert!(!ps.subscribe(Channel, Bytes::from_static(b"__flock__:x"), 1, &a));
+        assert!(ps.subscribe(Pattern, Bytes::from_static(b"__flockevent__:*"), 2, &b));
         assert!(ps.wants_events());
         ps.publish_now(&[
             granted(b"x", 7),
@@ -734,10 +720,10 @@ mod tests {
         );
         assert_eq!(&batch[1].channel[..], b"__flockevent__:expired");
         assert!(batch[1].frame.ends_with(b"$3\r\n3 y\r\n"));
-        assert!(ps.unsubscribe(SubscriptionKind::Channel, b"__flock__:x", 1));
-        assert!(ps.unsubscribe(SubscriptionKind::Pattern, b"__flockevent__:*", 2));
+        assert!(ps.unsubscribe(Channel, b"__flock__:x", 1));
+        assert!(ps.unsubscribe(Pattern, b"__flockevent__:*", 2));
         assert!(!ps.wants_events());
-        assert!(ps.channels(SubscriptionKind::Channel, None).is_empty());
+        assert!(ps.channels(Channel, None).is_empty());
     }
 
     #[test]
@@ -747,36 +733,11 @@ mod tests {
         let (a, mut a_rx) = Mailbox::new(client(&registry));
         let (b, mut b_rx) = Mailbox::new(client(&registry));
         let (c, mut c_rx) = Mailbox::new(client(&registry));
-        ps.subscribe(
-            SubscriptionKind::Channel,
-            Bytes::from_static(b"__flock__:y"),
-            1,
-            &a,
-        );
-        ps.subscribe(
-            SubscriptionKind::Pattern,
-            Bytes::from_static(b"__flockevent__:*"),
-            1,
-            &a,
-        );
-        ps.subscribe(
-            SubscriptionKind::Pattern,
-            Bytes::from_static(b"__flock*"),
-            1,
-            &a,
-        );
-        ps.subscribe(
-            SubscriptionKind::Pattern,
-            Bytes::from_static(b"__flockevent__:*"),
-            2,
-            &b,
-        );
-        ps.subscribe(
-            SubscriptionKind::Pattern,
-            Bytes::from_static(b"__flockevent__:*"),
-            3,
-            &c,
-        );
+        ps.subscribe(Channel, Bytes::from_static(b"__flock__:y"), 1, &a);
+        ps.subscribe(Pattern, Bytes::from_static(b"__flockevent__:*"), 1, &a);
+        ps.subscribe(Pattern, Bytes::from_static(b"__flock*"), 1, &a);
+        ps.subscribe(Pattern, Bytes::from_static(b"__flockevent__:*"), 2, &b);
+        ps.subscribe(Pattern, Bytes::from_static(b"__flockevent__:*"), 3, &c);
         ps.publish_now(&[granted(b"x", 1), granted(b"y", 2)]);
         let delivery = a_rx.try_recv().unwrap();
         let got: Vec<(Option<&[u8]>, &[u8])> = delivery
@@ -823,18 +784,8 @@ mod tests {
         let (slow_client, fast_client) = (client(&registry), client(&registry));
         let (slow, _slow_rx) = Mailbox::new(slow_client.clone());
         let (fast, mut fast_rx) = Mailbox::new(fast_client.clone());
-        ps.subscribe(
-            SubscriptionKind::Pattern,
-            Bytes::from_static(b"*"),
-            1,
-            &slow,
-        );
-        ps.subscribe(
-            SubscriptionKind::Pattern,
-            Bytes::from_static(b"*"),
-            2,
-            &fast,
-        );
+        ps.subscribe(Pattern, Bytes::from_static(b"*"), 1, &slow);
+        ps.subscribe(Pattern, Bytes::from_static(b"*"), 2, &fast);
         for token in 0..40 {
             ps.publish_now(&[granted(b"a-name-of-some-length", token)]);
             // The fast one takes everything out at once.
