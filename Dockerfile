@@ -10,18 +10,17 @@ ARG BUILD_IMAGE=rust:1-slim-bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
 
 FROM ${BUILD_IMAGE} AS build
+WORKDIR /src
+# The context is what .dockerignore lets through: the workspace's manifests, crates/, src/,
+# config/ and tests/faultfs (a workspace member: cargo reads every member's manifest). One COPY
+# and one RUN: with a storage driver that copies every layer whole (vfs), each layer costs the
+# size of the toolchain again.
+COPY . .
 # jemalloc (the allocator) is built from source by its -sys crate: it needs make, which the slim
 # Rust image may lack. Not pinned: whatever make the base's Debian release ships will do.
 # hadolint ignore=DL3008
-RUN command -v make >/dev/null || { apt-get update && apt-get install -y --no-install-recommends make && rm -rf /var/lib/apt/lists/*; }
-WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
-COPY crates ./crates
-# A workspace member (the disk-fault tests' helper): cargo reads every member's manifest.
-COPY tests/faultfs ./tests/faultfs
-COPY src ./src
-COPY config ./config
-RUN cargo build --release --locked --bin flockd
+RUN { command -v make >/dev/null || { apt-get update && apt-get install -y --no-install-recommends make && rm -rf /var/lib/apt/lists/*; }; } \
+ && cargo build --release --locked --bin flockd
 
 FROM ${RUNTIME_IMAGE}
 # A fixed numeric user, so `USER` needs no lookup and volume ownership is predictable.

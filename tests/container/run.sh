@@ -10,7 +10,8 @@
 # of Debian bookworm (the runtime image), plus this machine's Rust toolchain, a C compiler and
 # its CA bundle (the build image; cargo fetches crates over --network host). The daemon is
 # Debian's docker.io, started with its own data root under a temporary directory, with
-# --storage-driver=vfs --iptables=false --bridge=none, so containers use the host network.
+# --storage-driver=overlay2 (vfs where overlay mounts fail) --iptables=false --bridge=none, so
+# containers use the host network.
 # If dockerd cannot start here, the script says so and exits 0 (SKIPPED); any other failure
 # exits 1. Everything it starts (dockerd, containers) is stopped by pid or name on exit.
 set -euo pipefail
@@ -40,8 +41,8 @@ cleanup() {
         docker volume rm "$VOLUME" "$VOLUME-node1" "$VOLUME-node2" "$VOLUME-node3" >/dev/null 2>&1 || true
         stop_pid "$DOCKERD_PID"
     fi
-    # dockerd leaves its network namespace mounted; vfs layers are full copies: do not leave
-    # gigabytes behind.
+    # dockerd leaves its network namespace (and overlay2 its layers) mounted; the layers are
+    # gigabytes: do not leave them behind.
     awk -v w="$WORK" 'index($2, w) == 1 { print $2 }' /proc/mounts | sort -r | while read -r m; do
         umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
     done
@@ -60,12 +61,26 @@ else
 fi
 
 # --- the daemon ---
-dockerd --storage-driver=vfs --iptables=false --bridge=none --data-root "$WORK/root" \
-    --exec-root "$WORK/exec" --host "$DOCKER_HOST" --pidfile "$WORK/docker.pid" >"$WORK/dockerd.log" 2>&1 &
-DOCKERD_PID=$!
-for _ in $(seq 1 100); do docker version >/dev/null 2>&1 && break; kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.2; done
-docker version >/dev/null 2>&1 || skip "dockerd did not start here: $(tail -n 3 "$WORK/dockerd.log" | tr '\n' ' ')"
-say "dockerd $(docker version --format '{{.Server.Version}}') pid $DOCKERD_PID, storage vfs"
+# overlay2 shares each layer's files with the layers above it; vfs (every layer a full copy of
+# the file system) is the fallback where overlay mounts are refused, e.g. inside another overlay.
+# A vfs build of this image writes several gigabytes, and the disk here is shared.
+start_dockerd() {
+    mkdir -p "$WORK/root-$1"
+    dockerd --storage-driver="$1" --iptables=false --bridge=none --data-root "$WORK/root-$1" \
+        --exec-root "$WORK/exec" --host "$DOCKER_HOST" --pidfile "$WORK/docker.pid" >"$WORK/dockerd-$1.log" 2>&1 &
+    DOCKERD_PID=$!
+    for _ in $(seq 1 100); do docker version >/dev/null 2>&1 && break; kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.2; done
+    [[ "$(docker info --format '{{.Driver}}' 2>/dev/null)" == "$1" ]]
+}
+STORAGE=overlay2
+if ! start_dockerd overlay2; then
+    say "dockerd with overlay2 did not start: $(tail -n 2 "$WORK/dockerd-overlay2.log" | tr '\n' ' ')"
+    stop_pid "$DOCKERD_PID"
+    DOCKERD_PID=""
+    STORAGE=vfs
+    start_dockerd vfs || skip "dockerd did not start here: $(tail -n 3 "$WORK/dockerd-vfs.log" | tr '\n' ' ')"
+fi
+say "dockerd $(docker version --format '{{.Server.Version}}') pid $DOCKERD_PID, storage $STORAGE, $(df -h --output=avail "$WORK" | tail -n1 | tr -d ' ') free on $WORK's disk"
 
 # --- base images, made locally ---
 started=$SECONDS
@@ -93,12 +108,12 @@ if docker build --network host --build-arg BUILD_IMAGE=flockd-test/build:bookwor
     --build-arg RUNTIME_IMAGE=flockd-test/runtime:bookworm -t flockd:test . >"$WORK/build.log" 2>&1; then
     pass "docker build ($((SECONDS - started)) s)"
 else
-    fail "docker build" "$(tail -n 30 "$WORK/build.log")"
+    fail "docker build" "$(tail -n 30 "$WORK/build.log")" "free on $WORK's disk: $(df -h --output=avail "$WORK" | tail -n1)"
     summary
     exit 1
 fi
 context="$(grep -o 'build context to Docker daemon *[0-9.]* *[kMG]*B' "$WORK/build.log" | tail -n1 || true)"
-say "build context: ${context#build context to Docker daemon}"
+say "build context: ${context#build context to Docker daemon}; daemon data after the build: $(du -sh "$WORK/root-$STORAGE" | cut -f1)"
 
 PORT="$(free_port)"
 METRICS="$(free_port)"
