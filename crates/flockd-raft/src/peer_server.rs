@@ -9,9 +9,10 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{Semaphore, mpsc};
 
+use crate::append_stream::{Pipeline, Queued, Requests, Results};
 use crate::identity::Identity;
 use crate::network::{
-    READ_BUFFER, Request, Response, decode_request, frame, read_frame, write_all,
+    READ_BUFFER, Request, Response, decode_request, read_frame, send_reply, write_all,
 };
 use crate::state_machine::{MachineStore, SnapshotData};
 use crate::transport::BoxFuture;
@@ -31,6 +32,9 @@ pub trait PeerHandler: Send + Sync + 'static {
     /// A peer refused this node, and said why.
     fn refused(&self, why: String);
     fn handle(&self, request: Request) -> BoxFuture<'_, Response>;
+    /// A stream of appends from one connection, in order: their results, in the same order
+    /// (openraft's `Raft::stream_append`).
+    fn stream_append(&self, requests: Requests) -> Results;
     fn install(
         &self,
         vote: Vote,
@@ -66,6 +70,7 @@ pub async fn serve_connection(
     let writing = tokio::spawn(write_replies(outbox, writer));
     let permits = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut receiving: Option<Receiving> = None;
+    let mut appends: Option<Pipeline> = None;
     let mut greeted = false;
     let result = loop {
         let (id, body) = match read_frame(&mut reader).await {
@@ -76,7 +81,8 @@ pub async fn serve_connection(
         let request = match decode_request(&body) {
             Ok(request) => request,
             Err(e) => {
-                let _ = send(&replies, id, &Response::Failed(format!("undecodable: {e}"))).await;
+                let _ =
+                    send_reply(&replies, id, &Response::Failed(format!("undecodable: {e}"))).await;
                 continue;
             }
         };
@@ -84,10 +90,10 @@ pub async fn serve_connection(
             Request::Hello(peer) => match handler.greet(peer) {
                 Ok(me) => {
                     greeted = true;
-                    send(&replies, id, &Response::Hello(me)).await;
+                    send_reply(&replies, id, &Response::Hello(me)).await;
                 }
                 Err(why) => {
-                    send(&replies, id, &Response::Refused(why)).await;
+                    send_reply(&replies, id, &Response::Refused(why)).await;
                     break Ok(());
                 }
             },
@@ -97,7 +103,7 @@ pub async fn serve_connection(
             }
             _ if !greeted => {
                 let why = "the cluster port takes a hello first (a flockd of another version?)";
-                send(&replies, id, &Response::Failed(why.to_owned())).await;
+                send_reply(&replies, id, &Response::Failed(why.to_owned())).await;
             }
             Request::SnapshotBegin { transfer } => {
                 // A transfer begun anew means the sender gave up on the last one.
@@ -117,7 +123,7 @@ pub async fn serve_connection(
                     }
                     Err(e) => Response::Failed(format!("{}: {e}", path.display())),
                 };
-                send(&replies, id, &response).await;
+                send_reply(&replies, id, &response).await;
             }
             Request::SnapshotChunk {
                 transfer,
@@ -140,7 +146,7 @@ pub async fn serve_connection(
                     }
                     _ => Response::Failed("a snapshot chunk out of order".to_owned()),
                 };
-                send(&replies, id, &response).await;
+                send_reply(&replies, id, &response).await;
             }
             Request::SnapshotEnd {
                 transfer,
@@ -177,7 +183,30 @@ pub async fn serve_connection(
                         Response::Failed("a snapshot ended that was not received whole".to_owned())
                     }
                 };
-                send(&replies, id, &response).await;
+                send_reply(&replies, id, &response).await;
+            }
+            Request::StreamAppend(rpc) => {
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    break Ok(());
+                };
+                // A pipeline ends after a conflict or a higher vote: the next append starts
+                // another (the leader has started a new stream by then).
+                let start = || {
+                    let handler = handler.clone();
+                    Pipeline::start(
+                        move |requests| handler.stream_append(requests),
+                        replies.clone(),
+                    )
+                };
+                let pipeline = appends.get_or_insert_with(start);
+                if let Err(queued) = pipeline.push(Queued { id, rpc, permit }) {
+                    let fresh = start();
+                    if fresh.push(*queued).is_err() {
+                        let why = "this node's Raft has stopped".to_owned();
+                        send_reply(&replies, id, &Response::Failed(why)).await;
+                    }
+                    appends = Some(fresh);
+                }
             }
             other => {
                 let Ok(permit) = permits.clone().acquire_owned().await else {
@@ -187,13 +216,15 @@ pub async fn serve_connection(
                 let replies = replies.clone();
                 tokio::spawn(async move {
                     let response = handler.handle(other).await;
-                    send(&replies, id, &response).await;
+                    send_reply(&replies, id, &response).await;
                     drop(permit);
                 });
             }
         }
     };
     drop(replies);
+    // The pipeline's answers go out before the writer ends.
+    drop(appends);
     let _ = writing.await;
     if let Some(r) = receiving {
         r.discard().await;
@@ -223,17 +254,4 @@ async fn write_replies(mut outbox: mpsc::Receiver<Vec<u8>>, mut writer: PeerWrit
         }
     }
     let _ = writer.shutdown().await;
-}
-
-async fn send(replies: &mpsc::Sender<Vec<u8>>, id: u64, response: &Response) -> bool {
-    match frame(id, response) {
-        Ok(bytes) => replies.send(bytes).await.is_ok(),
-        Err(e) => {
-            let fallback = Response::Failed(e.to_string());
-            match frame(id, &fallback) {
-                Ok(bytes) => replies.send(bytes).await.is_ok(),
-                Err(_) => false,
-            }
-        }
-    }
 }
