@@ -14,7 +14,6 @@
 //!   change), taking office, membership, and the view ROLE and INFO show; [`counters`], what
 //!   it counts for the metrics port.
 
-pub mod append_stream;
 pub mod counters;
 pub mod dedup;
 pub mod error;

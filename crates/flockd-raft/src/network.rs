@@ -12,26 +12,23 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use flockd_core::Millis;
-use futures_util::Stream;
-use futures_util::stream::BoxStream;
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, v2::RaftNetworkV2};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
-    TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::{BasicNode, OptionalSend};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
-use crate::append_stream::send_appends;
 use crate::dedup::Dedup;
 use crate::identity::{Identities, Identity};
 use crate::state_machine::SnapshotData;
-use crate::transport::{BoxFuture, PeerWriter, Transport};
+use crate::transport::{PeerWriter, Transport};
 use crate::types::{FlockRaft, NodeId, RaftProposal, SnapshotMeta, Vote};
 
 /// The largest frame either side reads (a snapshot chunk or an append batch is far below).
@@ -50,9 +47,6 @@ pub enum Request {
     /// The dialer refuses the node it reached (that node lost its dir): why, before it hangs up.
     Refuse(String),
     Append(AppendEntriesRequest<FlockRaft>),
-    /// One of a stream of appends (see [`crate::append_stream`]): handled in the order the
-    /// connection carried it, answered by [`Response::Appended`].
-    StreamAppend(AppendEntriesRequest<FlockRaft>),
     Vote(VoteRequest<FlockRaft>),
     PreVote(VoteRequest<FlockRaft>),
     SnapshotBegin {
@@ -89,7 +83,6 @@ pub enum Response {
     /// The answer to a hello from a node this one refuses: why.
     Refused(String),
     Append(AppendEntriesResponse<FlockRaft>),
-    Appended(StreamAppendResult<FlockRaft>),
     Vote(VoteResponse<FlockRaft>),
     SnapshotChunk,
     Snapshot(SnapshotResponse<FlockRaft>),
@@ -223,31 +216,11 @@ pub async fn write_all<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> io::Re
 }
 
 /// One live connection to a peer.
-pub struct Connection {
+struct Connection {
     writer: tokio::sync::Mutex<PeerWriter>,
-    /// The requests sent and not yet answered, by id.
-    pub(crate) waiting: Mutex<HashMap<u64, oneshot::Sender<Response>>>,
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Response>>>,
     next_id: AtomicU64,
     dead: AtomicBool,
-}
-
-impl Connection {
-    /// The next call connects afresh.
-    pub(crate) fn set_dead(&self) {
-        self.dead.store(true, Ordering::Release);
-    }
-}
-
-/// Queues `response` to request `id` on a connection's outbox (its encoding error in its place);
-/// false once the connection is gone.
-pub async fn send_reply(replies: &mpsc::Sender<Vec<u8>>, id: u64, response: &Response) -> bool {
-    match frame(id, response) {
-        Ok(bytes) => replies.send(bytes).await.is_ok(),
-        Err(e) => match frame(id, &Response::Failed(e.to_string())) {
-            Ok(bytes) => replies.send(bytes).await.is_ok(),
-            Err(_) => false,
-        },
-    }
 }
 
 /// The client side of one peer: calls share one connection, made again after a failure.
@@ -357,7 +330,7 @@ impl PeerClient {
         &self.addr
     }
 
-    pub(crate) async fn connected(&self, timeout: Duration) -> Result<Arc<Connection>, NetError> {
+    async fn connected(&self, timeout: Duration) -> Result<Arc<Connection>, NetError> {
         let mut slot = self.connection.lock().await;
         if let Some(connection) = slot.as_ref()
             && !connection.dead.load(Ordering::Acquire)
@@ -473,19 +446,14 @@ impl PeerClient {
             Ok(connection) => self.call_on(&connection, request, timeout).await,
             Err(e) => Err(e),
         };
-        self.observe(&result);
-        result
-    }
-
-    /// What a call's outcome says of the peer being there, for the log.
-    pub(crate) fn observe<T>(&self, result: &Result<T, NetError>) {
-        match result {
+        match &result {
             // The peer answered (an error of its own is still an answer).
             Ok(_) | Err(NetError::Remote(_) | NetError::Encode(_)) => self.reached(),
             // A refusal has its own line (log_refusal); the peer is there.
             Err(NetError::Refused(_)) => {}
             Err(e) => self.missed(e),
         }
+        result
     }
 
     fn reached(&self) {
@@ -508,7 +476,7 @@ impl PeerClient {
     }
 
     /// Every error but a refusal names the address.
-    pub(crate) fn missed(&self, e: &NetError) {
+    fn missed(&self, e: &NetError) {
         match self.health.lock().missed(Instant::now()) {
             Some(Say::Down) => warn!("node {} is unreachable: {e} (retrying)", self.node),
             Some(Say::StillDown { down_for, failures }) => warn!(
@@ -526,44 +494,34 @@ impl PeerClient {
         request: &Request,
         timeout: Duration,
     ) -> Result<Response, NetError> {
-        let (id, answer) = self.send_on(connection, request, timeout).await?;
-        match tokio::time::timeout(timeout, answer).await {
+        let id = connection.next_id.fetch_add(1, Ordering::Relaxed);
+        let bytes = frame(id, request)?;
+        let (tx, rx) = oneshot::channel();
+        connection.waiting.lock().insert(id, tx);
+        let lost = || NetError::Lost(self.addr.clone());
+        let sent = {
+            let mut writer = connection.writer.lock().await;
+            tokio::time::timeout(timeout, write_all(&mut *writer, &bytes)).await
+        };
+        if !matches!(sent, Ok(Ok(()))) {
+            connection.dead.store(true, Ordering::Release);
+            connection.waiting.lock().remove(&id);
+            return Err(lost());
+        }
+        match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(Response::Failed(why))) => Err(NetError::Remote(why)),
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(_)) => Err(NetError::Lost(self.addr.clone())),
+            Ok(Err(_)) => Err(lost()),
             Err(_) => {
                 connection.waiting.lock().remove(&id);
                 // A peer that does not answer may be gone: the next call connects afresh.
-                connection.set_dead();
+                connection.dead.store(true, Ordering::Release);
                 Err(NetError::Timeout {
                     addr: self.addr.clone(),
                     after: timeout,
                 })
             }
         }
-    }
-
-    /// Writes `request` on `connection` (within `timeout`): its id, and where its answer comes.
-    pub(crate) async fn send_on(
-        &self,
-        connection: &Arc<Connection>,
-        request: &Request,
-        timeout: Duration,
-    ) -> Result<(u64, oneshot::Receiver<Response>), NetError> {
-        let id = connection.next_id.fetch_add(1, Ordering::Relaxed);
-        let bytes = frame(id, request)?;
-        let (tx, rx) = oneshot::channel();
-        connection.waiting.lock().insert(id, tx);
-        let sent = {
-            let mut writer = connection.writer.lock().await;
-            tokio::time::timeout(timeout, write_all(&mut *writer, &bytes)).await
-        };
-        if !matches!(sent, Ok(Ok(()))) {
-            connection.set_dead();
-            connection.waiting.lock().remove(&id);
-            return Err(NetError::Lost(self.addr.clone()));
-        }
-        Ok((id, rx))
     }
 }
 
@@ -633,7 +591,7 @@ pub struct PeerNetwork {
     transfers: Arc<AtomicU64>,
 }
 
-pub(crate) fn unreachable<E: std::error::Error + 'static>(e: E) -> RPCError<FlockRaft> {
+fn unreachable<E: std::error::Error + 'static>(e: E) -> RPCError<FlockRaft> {
     RPCError::Unreachable(Unreachable::new(&e))
 }
 
@@ -677,31 +635,6 @@ impl RaftNetworkV2<FlockRaft> for PeerNetwork {
             other => Err(other),
         })
         .await
-    }
-
-    /// Pipelined: see [`crate::append_stream`].
-    fn stream_append<'s, S>(
-        &'s mut self,
-        input: S,
-        option: RPCOption,
-    ) -> BoxFuture<
-        's,
-        Result<
-            BoxStream<'s, Result<StreamAppendResult<FlockRaft>, RPCError<FlockRaft>>>,
-            RPCError<FlockRaft>,
-        >,
-    >
-    where
-        S: Stream<Item = AppendEntriesRequest<FlockRaft>> + OptionalSend + Unpin + 'static,
-    {
-        Box::pin(async move {
-            let ttl = option.hard_ttl();
-            let connection = self.client.connected(ttl).await.map_err(|e| {
-                self.client.missed(&e);
-                unreachable(e)
-            })?;
-            Ok(send_appends(self.client.clone(), connection, input, ttl))
-        })
     }
 
     async fn vote(

@@ -9,10 +9,9 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::append_stream::{Pipeline, Queued, Requests, Results};
 use crate::identity::Identity;
 use crate::network::{
-    READ_BUFFER, Request, Response, decode_request, read_frame, send_reply, write_all,
+    READ_BUFFER, Request, Response, decode_request, frame, read_frame, write_all,
 };
 use crate::state_machine::{MachineStore, SnapshotData};
 use crate::transport::BoxFuture;
@@ -32,9 +31,6 @@ pub trait PeerHandler: Send + Sync + 'static {
     /// A peer refused this node, and said why.
     fn refused(&self, why: String);
     fn handle(&self, request: Request) -> BoxFuture<'_, Response>;
-    /// A stream of appends from one connection, in order: their results, in the same order
-    /// (openraft's `Raft::stream_append`).
-    fn stream_append(&self, requests: Requests) -> Results;
     fn install(
         &self,
         vote: Vote,
@@ -70,7 +66,6 @@ pub async fn serve_connection(
     let writing = tokio::spawn(write_replies(outbox, writer));
     let permits = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut receiving: Option<Receiving> = None;
-    let mut appends: Option<Pipeline> = None;
     let mut greeted = false;
     let result = loop {
         let (id, body) = match read_frame(&mut reader).await {
@@ -81,8 +76,7 @@ pub async fn serve_connection(
         let request = match decode_request(&body) {
             Ok(request) => request,
             Err(e) => {
-                let _ =
-                    send_reply(&replies, id, &Response::Failed(format!("undecodable: {e}"))).await;
+                let _ = send(&replies, id, &Response::Failed(format!("undecodable: {e}"))).await;
                 continue;
             }
         };
@@ -90,10 +84,10 @@ pub async fn serve_connection(
             Request::Hello(peer) => match handler.greet(peer) {
                 Ok(me) => {
                     greeted = true;
-                    send_reply(&replies, id, &Response::Hello(me)).await;
+                    send(&replies, id, &Response::Hello(me)).await;
                 }
                 Err(why) => {
-                    send_reply(&replies, id, &Response::Refused(why)).await;
+                    send(&replies, id, &Response::Refused(why)).await;
                     break Ok(());
                 }
             },
@@ -103,7 +97,7 @@ pub async fn serve_connection(
             }
             _ if !greeted => {
                 let why = "the cluster port takes a hello first (a flockd of another version?)";
-                send_reply(&replies, id, &Response::Failed(why.to_owned())).await;
+                send(&replies, id, &Response::Failed(why.to_owned())).await;
             }
             Request::SnapshotBegin { transfer } => {
                 // A transfer begun anew means the sender gave up on the last one.
@@ -123,7 +117,7 @@ pub async fn serve_connection(
                     }
                     Err(e) => Response::Failed(format!("{}: {e}", path.display())),
                 };
-                send_reply(&replies, id, &response).await;
+                send(&replies, id, &response).await;
             }
             Request::SnapshotChunk {
                 transfer,
@@ -146,7 +140,7 @@ pub async fn serve_connection(
                     }
                     _ => Response::Failed("a snapshot chunk out of order".to_owned()),
                 };
-                send_reply(&replies, id, &response).await;
+                send(&replies, id, &response).await;
             }
             Request::SnapshotEnd {
                 transfer,
@@ -183,30 +177,7 @@ pub async fn serve_connection(
                         Response::Failed("a snapshot ended that was not received whole".to_owned())
                     }
                 };
-                send_reply(&replies, id, &response).await;
-            }
-            Request::StreamAppend(rpc) => {
-                let Ok(permit) = permits.clone().acquire_owned().await else {
-                    break Ok(());
-                };
-                // A pipeline ends after a conflict or a higher vote: the next append starts
-                // another (the leader has started a new stream by then).
-                let start = || {
-                    let handler = handler.clone();
-                    Pipeline::start(
-                        move |requests| handler.stream_append(requests),
-                        replies.clone(),
-                    )
-                };
-                let pipeline = appends.get_or_insert_with(start);
-                if let Err(queued) = pipeline.push(Queued { id, rpc, permit }) {
-                    let fresh = start();
-                    if fresh.push(*queued).is_err() {
-                        let why = "this node's Raft has stopped".to_owned();
-                        send_reply(&replies, id, &Response::Failed(why)).await;
-                    }
-                    appends = Some(fresh);
-                }
+                send(&replies, id, &response).await;
             }
             other => {
                 let Ok(permit) = permits.clone().acquire_owned().await else {
@@ -216,15 +187,13 @@ pub async fn serve_connection(
                 let replies = replies.clone();
                 tokio::spawn(async move {
                     let response = handler.handle(other).await;
-                    send_reply(&replies, id, &response).await;
+                    send(&replies, id, &response).await;
                     drop(permit);
                 });
             }
         }
     };
     drop(replies);
-    // The pipeline's answers go out before the writer ends.
-    drop(appends);
     let _ = writing.await;
     if let Some(r) = receiving {
         r.discard().await;
@@ -254,4 +223,17 @@ async fn write_replies(mut outbox: mpsc::Receiver<Vec<u8>>, mut writer: PeerWrit
         }
     }
     let _ = writer.shutdown().await;
+}
+
+async fn send(replies: &mpsc::Sender<Vec<u8>>, id: u64, response: &Response) -> bool {
+    match frame(id, response) {
+        Ok(bytes) => replies.send(bytes).await.is_ok(),
+        Err(e) => {
+            let fallback = Response::Failed(e.to_string());
+            match frame(id, &fallback) {
+                Ok(bytes) => replies.send(bytes).await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    }
 }

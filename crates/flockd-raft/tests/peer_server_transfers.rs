@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{PlainHost, TempDir};
-use flockd_raft::append_stream::{Requests, Results};
 use flockd_raft::dedup::Dedup;
 use flockd_raft::identity::Identity;
 use flockd_raft::network::{Request, Response, decode_response, frame, read_frame};
@@ -33,9 +32,6 @@ impl PeerHandler for Greeter {
     fn refused(&self, _why: String) {}
     fn handle(&self, _request: Request) -> BoxFuture<'_, Response> {
         Box::pin(async { Response::Failed("not here".to_owned()) })
-    }
-    fn stream_append(&self, _requests: Requests) -> Results {
-        Box::pin(futures_util::stream::empty())
     }
     fn install(
         &self,

@@ -113,7 +113,7 @@ struct Node {
     /// it stamp proposals.
     stamping: std::sync::atomic::AtomicBool,
     /// When a leader's append (or heartbeat) last arrived.
-    last_append: Arc<parking_lot::Mutex<Option<Instant>>>,
+    last_append: parking_lot::Mutex<Option<Instant>>,
     /// This node's dir id and the ones it saw of its peers.
     identities: Arc<Identities>,
     counters: RaftCounters,
@@ -328,7 +328,7 @@ impl Cluster {
             store: store.clone(),
             lease_duty,
             stamping: std::sync::atomic::AtomicBool::new(false),
-            last_append: Arc::new(parking_lot::Mutex::new(None)),
+            last_append: parking_lot::Mutex::new(None),
             identities,
             counters: RaftCounters::default(),
             removed: std::sync::atomic::AtomicBool::new(false),

@@ -1,11 +1,8 @@
 //! The cluster port: one task per peer connection, and what this node answers its peers.
 
-use futures_util::StreamExt;
-
 use super::propose::UNACKNOWLEDGED_WRITE;
 use super::read::UNCONFIRMED_READ;
 use super::*;
-use crate::append_stream::{Requests, Results};
 
 /// The cluster port: one task per peer connection.
 pub(super) async fn serve_peers(mut listener: Box<dyn Listener>, node: Arc<Node>) {
@@ -83,7 +80,6 @@ impl PeerHandler for Node {
                 ),
                 Request::Probe => Response::Probe(self.probe_answer()),
                 Request::SnapshotBegin { .. }
-                | Request::StreamAppend(_)
                 | Request::SnapshotChunk { .. }
                 | Request::SnapshotEnd { .. }
                 | Request::Hello(_)
@@ -92,16 +88,6 @@ impl PeerHandler for Node {
                 }
             }
         })
-    }
-
-    fn stream_append(&self, requests: Requests) -> Results {
-        let last_append = self.last_append.clone();
-        let requests = requests.inspect(move |_| *last_append.lock() = Some(Instant::now()));
-        Box::pin(
-            self.raft
-                .stream_append(requests)
-                .map(|result| result.map_err(|fatal| fatal.to_string())),
-        )
     }
 
     fn install(
