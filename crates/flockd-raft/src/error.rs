@@ -24,4 +24,7 @@ pub enum StartError {
     Seed(String),
     #[error("raft: {0}")]
     Raft(String),
+    /// The dir was made with another `cluster-groups`, or the setting is out of range.
+    #[error("{0}")]
+    Groups(String),
 }

@@ -10,7 +10,9 @@
 //! * [`network`] and [`peer_server`]: the cluster port, both sides, on a [`transport`] (TCP,
 //!   or an in-memory network for in-process clusters); every connection starts with both
 //!   ends' [`identity`], so a member back with a wiped dir is refused.
-//! * [`node`]: a running node: proposing (forwarding to the leader, retrying after a leader
+//! * [`node`]: a running node, of one group or of several (`cluster-groups`: one openraft
+//!   group per slot range, each with its own log dir, sharing the port and each peer's
+//!   connection, where a group's requests are tagged with its number): proposing (forwarding to the leader, retrying after a leader
 //!   change), taking office, membership, and the view ROLE and INFO show; [`counters`], what
 //!   it counts for the metrics port.
 
@@ -31,6 +33,6 @@ pub mod types;
 pub use counters::{LOG_FSYNC_SECONDS_BOUNDS, PROPOSAL_SECONDS_BOUNDS, RaftStats};
 pub use error::StartError;
 pub use flockd_log::{ProposalResult, ProposeError};
-pub use node::{Cluster, ClusterSettings, ClusterView, Leader, Member, Role};
+pub use node::{Cluster, ClusterSettings, ClusterView, Leader, MAX_GROUPS, Member, Role};
 pub use peers::{Peer, parse_addr, parse_peers};
 pub use types::{NodeId, RaftProposal};

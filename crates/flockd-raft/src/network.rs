@@ -74,6 +74,34 @@ pub enum Request {
     /// second: the answers are the members' up or down state, and how a node that was removed
     /// while it could not hear it learns so.
     Probe,
+    /// A request for one of a multi-group cluster's other groups (`cluster-groups`), on the
+    /// connection the groups share. The first group's requests go bare, so a one-group cluster
+    /// sends exactly what it did before groups existed.
+    Group {
+        group: u16,
+        request: Box<Request>,
+    },
+}
+
+impl Request {
+    /// `request` as group `group` sends it.
+    pub fn in_group(group: u16, request: Request) -> Request {
+        match group {
+            0 => request,
+            group => Request::Group {
+                group,
+                request: Box::new(request),
+            },
+        }
+    }
+
+    /// The group a request is for, and the request itself (a group's request never nests).
+    pub fn group(self) -> (u16, Request) {
+        match self {
+            Request::Group { group, request } => (group, *request),
+            request => (0, request),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -440,6 +468,16 @@ impl PeerClient {
         }
     }
 
+    /// Sends group `group`'s `request` and waits up to `timeout` for its response.
+    pub async fn call_in(
+        &self,
+        group: u16,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Response, NetError> {
+        self.call(&Request::in_group(group, request), timeout).await
+    }
+
     /// Sends `request` and waits up to `timeout` for its response.
     pub async fn call(&self, request: &Request, timeout: Duration) -> Result<Response, NetError> {
         let result = match self.connected(timeout).await {
@@ -569,10 +607,12 @@ impl Peers {
     }
 }
 
-/// openraft's network: a [`PeerNetwork`] per target, over the shared [`Peers`].
+/// openraft's network for one group: a [`PeerNetwork`] per target, over the [`Peers`] every
+/// group of the node shares.
 pub struct NetworkFactory {
     pub peers: Arc<Peers>,
     pub transfers: Arc<AtomicU64>,
+    pub group: u16,
 }
 
 impl RaftNetworkFactory<FlockRaft> for NetworkFactory {
@@ -582,6 +622,7 @@ impl RaftNetworkFactory<FlockRaft> for NetworkFactory {
         PeerNetwork {
             client: self.peers.client(target, &node.addr),
             transfers: self.transfers.clone(),
+            group: self.group,
         }
     }
 }
@@ -589,6 +630,7 @@ impl RaftNetworkFactory<FlockRaft> for NetworkFactory {
 pub struct PeerNetwork {
     client: Arc<PeerClient>,
     transfers: Arc<AtomicU64>,
+    group: u16,
 }
 
 fn unreachable<E: std::error::Error + 'static>(e: E) -> RPCError<FlockRaft> {
@@ -615,7 +657,11 @@ impl PeerNetwork {
         option: &RPCOption,
         pick: fn(Response) -> Result<T, Response>,
     ) -> Result<T, RPCError<FlockRaft>> {
-        match self.client.call(&request, option.hard_ttl()).await {
+        match self
+            .client
+            .call_in(self.group, request, option.hard_ttl())
+            .await
+        {
             Ok(response) => pick(response).map_err(|other| unreachable(unexpected(other))),
             Err(e) => Err(unreachable(e)),
         }
@@ -681,7 +727,7 @@ impl RaftNetworkV2<FlockRaft> for PeerNetwork {
         let chunk_timeout = option.hard_ttl().max(Duration::from_secs(5));
         let mut cancel = std::pin::pin!(cancel);
         let begin = Request::SnapshotBegin { transfer };
-        match self.client.call(&begin, chunk_timeout).await {
+        match self.client.call_in(self.group, begin, chunk_timeout).await {
             Ok(Response::SnapshotChunk) => {}
             Ok(other) => return Err(stream_err(unexpected(other))),
             Err(e) => return Err(stream_err(e)),
@@ -711,7 +757,7 @@ impl RaftNetworkV2<FlockRaft> for PeerNetwork {
             };
             tokio::select! {
                 closed = &mut cancel => return Err(StreamingError::Closed(closed)),
-                sent = self.client.call(&chunk, chunk_timeout) => match sent {
+                sent = self.client.call_in(self.group, chunk, chunk_timeout) => match sent {
                     Ok(Response::SnapshotChunk) => {}
                     Ok(other) => return Err(stream_err(unexpected(other))),
                     Err(e) => return Err(stream_err(e)),
@@ -727,7 +773,11 @@ impl RaftNetworkV2<FlockRaft> for PeerNetwork {
             dedup: snapshot.snapshot.dedup,
         };
         // Loading a large snapshot takes a while on the other side.
-        match self.client.call(&end, chunk_timeout * 12).await {
+        match self
+            .client
+            .call_in(self.group, end, chunk_timeout * 12)
+            .await
+        {
             Ok(Response::Snapshot(response)) => Ok(response),
             Ok(other) => Err(stream_err(unexpected(other))),
             Err(e) => Err(stream_err(e)),

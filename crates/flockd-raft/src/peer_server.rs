@@ -1,7 +1,8 @@
 //! The serving side of the cluster port: one task per connection reads requests and answers
 //! each as soon as it is done (concurrently: a slow append does not hold up a vote), with at
 //! most [`IN_FLIGHT`] unanswered at a time. A snapshot arrives as chunks written in order to a
-//! file, then installed as a whole.
+//! file, then installed as a whole. The groups of a multi-group node share the connection: each
+//! request goes to its group's [`PeerHandler`], and each group may receive a snapshot at once.
 
 use std::io;
 use std::sync::Arc;
@@ -55,17 +56,40 @@ impl Receiving {
     }
 }
 
+/// The groups a node serves on its cluster port.
+pub trait PeerGroups: Send + Sync + 'static {
+    /// Group `group`'s handler and snapshot store; `None`: no such group here (or not started
+    /// yet). Group 0 always exists once the port listens.
+    fn group(&self, group: u16) -> Option<(Arc<dyn PeerHandler>, MachineStore)>;
+}
+
+/// A node of one group.
+struct OneGroup(Arc<dyn PeerHandler>, MachineStore);
+
+impl PeerGroups for OneGroup {
+    fn group(&self, group: u16) -> Option<(Arc<dyn PeerHandler>, MachineStore)> {
+        (group == 0).then(|| (self.0.clone(), self.1.clone()))
+    }
+}
+
+/// Serves one connection of a node that has one group.
 pub async fn serve_connection(
     stream: PeerStream,
     handler: Arc<dyn PeerHandler>,
     store: MachineStore,
 ) -> io::Result<()> {
+    serve_groups(stream, Arc::new(OneGroup(handler, store))).await
+}
+
+/// Serves one connection, for every group of the node.
+pub async fn serve_groups(stream: PeerStream, groups: Arc<dyn PeerGroups>) -> io::Result<()> {
     let PeerStream { reader, writer, .. } = stream;
     let mut reader = tokio::io::BufReader::with_capacity(READ_BUFFER, reader);
     let (replies, outbox) = mpsc::channel::<Vec<u8>>(IN_FLIGHT);
     let writing = tokio::spawn(write_replies(outbox, writer));
     let permits = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut receiving: Option<Receiving> = None;
+    // A snapshot being received, per group.
+    let mut receiving: std::collections::HashMap<u16, Receiving> = Default::default();
     let mut greeted = false;
     let result = loop {
         let (id, body) = match read_frame(&mut reader).await {
@@ -79,6 +103,12 @@ pub async fn serve_connection(
                 let _ = send(&replies, id, &Response::Failed(format!("undecodable: {e}"))).await;
                 continue;
             }
+        };
+        let (group, request) = request.group();
+        let Some((handler, store)) = groups.group(group) else {
+            let why = format!("no group {group} here (a node of another cluster-groups?)");
+            send(&replies, id, &Response::Failed(why)).await;
+            continue;
         };
         match request {
             Request::Hello(peer) => match handler.greet(peer) {
@@ -101,18 +131,21 @@ pub async fn serve_connection(
             }
             Request::SnapshotBegin { transfer } => {
                 // A transfer begun anew means the sender gave up on the last one.
-                if let Some(abandoned) = receiving.take() {
+                if let Some(abandoned) = receiving.remove(&group) {
                     abandoned.discard().await;
                 }
                 let path = store.receiving_path(transfer);
                 let response = match tokio::fs::File::create(&path).await {
                     Ok(file) => {
-                        receiving = Some(Receiving {
-                            transfer,
-                            file,
-                            path,
-                            received: 0,
-                        });
+                        receiving.insert(
+                            group,
+                            Receiving {
+                                transfer,
+                                file,
+                                path,
+                                received: 0,
+                            },
+                        );
                         Response::SnapshotChunk
                     }
                     Err(e) => Response::Failed(format!("{}: {e}", path.display())),
@@ -124,7 +157,7 @@ pub async fn serve_connection(
                 offset,
                 data,
             } => {
-                let response = match receiving.as_mut() {
+                let response = match receiving.get_mut(&group) {
                     Some(r) if r.transfer == transfer && r.received == offset => {
                         if r.received + data.len() as u64 > MAX_SNAPSHOT {
                             Response::Failed("the snapshot is over the size limit".to_owned())
@@ -149,7 +182,7 @@ pub async fn serve_connection(
                 meta,
                 dedup,
             } => {
-                let response = match receiving.take() {
+                let response = match receiving.remove(&group) {
                     Some(mut r) if r.transfer == transfer && r.received == len => match async {
                         r.file.flush().await?;
                         r.file.sync_all().await
@@ -195,7 +228,7 @@ pub async fn serve_connection(
     };
     drop(replies);
     let _ = writing.await;
-    if let Some(r) = receiving {
+    for (_, r) in receiving {
         r.discard().await;
     }
     result

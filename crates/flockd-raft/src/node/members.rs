@@ -115,7 +115,10 @@ impl Node {
     /// Asks `id` at `addr` which membership it knows (`None`: no answer in time).
     async fn probe(&self, id: NodeId, addr: &str) -> Option<ProbeAnswer> {
         let client = self.peers.client(id, addr);
-        match client.call(&Request::Probe, PROBE_TIMEOUT).await {
+        match client
+            .call_in(self.group, Request::Probe, PROBE_TIMEOUT)
+            .await
+        {
             Ok(Response::Probe(answer)) => Some(answer),
             _ => None,
         }

@@ -43,7 +43,7 @@ use crate::error::StartError;
 use crate::identity::{Identities, Identity};
 use crate::log_store::{LogStore, node as basic_node};
 use crate::network::{Forwarded, NetworkFactory, Peers, ReadPoint, Request, Response};
-use crate::peer_server::{PeerHandler, serve_connection};
+use crate::peer_server::{PeerGroups, PeerHandler, serve_groups};
 use crate::peers::{Peer, parse_addr};
 use crate::pending::PendingTable;
 use crate::state_machine::{MachineStore, Me};
@@ -88,6 +88,63 @@ pub struct ClusterSettings {
     pub sync_delay_ms: Arc<std::sync::atomic::AtomicU64>,
 }
 
+/// The file in a multi-group node's dir that says how many groups its data was made with (a
+/// one-group node has none, as before groups existed).
+const GROUPS_FILE: &str = "cluster-groups";
+
+/// Where group `group` keeps its log and snapshots: the first group where a one-group node
+/// always kept them, each other group in a directory of its own.
+fn group_dir(dir: &Path, group: u16) -> PathBuf {
+    match group {
+        0 => dir.to_owned(),
+        group => dir.join(format!("group-{group}")),
+    }
+}
+
+/// Writes `bytes` as the whole of `path` and syncs it with its directory: through a temporary
+/// file renamed over it, so a crash leaves the old content or the new, never half of either.
+fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    flockd_log::fsutil::sync_parent_dir(path)
+}
+
+/// Refuses a dir made with another number of groups, and records the number in a new one.
+fn check_groups(dir: &Path, groups: u16) -> Result<(), StartError> {
+    let path = dir.join(GROUPS_FILE);
+    let made_with = match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse::<u16>().map_err(|_| {
+            StartError::Groups(format!("{} holds {text:?}, not a number", path.display()))
+        })?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if dir.join("log").exists() {
+                1
+            } else {
+                groups
+            }
+        }
+        Err(e) => return Err(io_at(&path)(e)),
+    };
+    if made_with != groups {
+        return Err(StartError::Groups(format!(
+            "{} holds a cluster made with cluster-groups {made_with}, and this node is set to \
+             {groups}: the number of groups is fixed when a cluster is created (start it with \
+             {made_with}, or move the dir away to make this node a new member)",
+            dir.display()
+        )));
+    }
+    if groups > 1 && !path.exists() {
+        write_synced(&path, format!("{groups}\n").as_bytes()).map_err(io_at(&path))?;
+    }
+    Ok(())
+}
+
 impl ClusterSettings {
     pub fn me(&self) -> Option<&Peer> {
         self.peers.iter().find(|p| p.id == self.node_id)
@@ -96,6 +153,8 @@ impl ClusterSettings {
 
 struct Node {
     me: Me,
+    /// Which of the node's groups this is (0: the first, and the only one of a one-group node).
+    group: u16,
     settings: ClusterSettings,
     raft: Raft,
     peers: Arc<Peers>,
@@ -165,17 +224,219 @@ fn next_incarnation(dir: &Path) -> Result<u64, StartError> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let next = (last + 1).max(wall_ms);
-    let tmp = dir.join("incarnation.tmp");
-    let write = || -> io::Result<()> {
-        use std::io::Write;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(format!("{next}\n").as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)?;
-        std::fs::File::open(dir)?.sync_all()
-    };
-    write().map_err(io_at(&path))?;
+    write_synced(&path, format!("{next}\n").as_bytes()).map_err(io_at(&path))?;
     Ok(next)
+}
+
+/// The most groups a cluster may have (`cluster-groups`).
+pub const MAX_GROUPS: u16 = 64;
+
+/// What a node's groups share: who the node is, its peers' connections, and its clock.
+struct Together {
+    me: Me,
+    identities: Arc<Identities>,
+    peers: Arc<Peers>,
+    clock: Arc<Clock>,
+}
+
+/// The groups a node serves on its cluster port, by number.
+struct Groups(Vec<Arc<Node>>);
+
+impl PeerGroups for Groups {
+    fn group(&self, group: u16) -> Option<(Arc<dyn PeerHandler>, MachineStore)> {
+        let node = self.0.get(usize::from(group))?;
+        Some((node.clone() as Arc<dyn PeerHandler>, node.store.clone()))
+    }
+}
+
+/// Opens group `group`'s log and snapshot and starts its Raft. A new group's first start on
+/// the member with the smallest id forms it with the peers.
+async fn start_group(
+    settings: &ClusterSettings,
+    group: u16,
+    host: Arc<dyn Apply>,
+    seed: Option<flockd_core::StateMachine>,
+    together: &Together,
+) -> Result<(Arc<Node>, openraft::WatchChangeHandle<FlockRaft>), StartError> {
+    let dir = group_dir(&settings.dir, group);
+    let me = together.me;
+    let log_dir = dir.join("log");
+    let log =
+        tokio::task::block_in_place(|| LogStore::open(&log_dir, settings.sync_delay_ms.clone()))
+            .map_err(io_at(&log_dir))?;
+    let pristine = log.is_pristine().map_err(io_at(&log_dir))?;
+    let pending = Arc::new(PendingTable::default());
+    let snapshot_dir = dir.join("snapshot");
+    let store = tokio::task::block_in_place(|| {
+        MachineStore::open(&snapshot_dir, host.clone(), pending.clone(), me)
+    })
+    .map_err(io_at(&snapshot_dir))?;
+    let mut pristine = pristine && !store.has_snapshot();
+    if let Some(machine) = seed
+        && pristine
+    {
+        let only_me = settings.peers.len() == 1 && settings.me().is_some();
+        if !only_me {
+            return Err(StartError::Seed(
+                "a node seeded from an AOF forms a one-node cluster: start it with \
+                 cluster-peers naming only itself, then FLOCK.CLUSTER ADD the others"
+                    .to_owned(),
+            ));
+        }
+        let me_peer = settings.me().cloned().expect("checked above");
+        // The log goes on after the file's last position, so no wait id of the new log
+        // repeats one the file's state remembers.
+        let log_id = crate::types::LogId {
+            leader_id: crate::types::LeaderId {
+                term: 0,
+                node_id: settings.node_id,
+            },
+            index: machine.position().max(1),
+        };
+        let membership = crate::types::Membership::new(
+            vec![BTreeSet::from([settings.node_id])],
+            BTreeMap::from([(settings.node_id, basic_node(&me_peer.addr()))]),
+        )
+        .map_err(|e| StartError::Seed(e.to_string()))?;
+        tokio::task::block_in_place(|| {
+            store.seed(machine, log_id, membership)?;
+            log.start_after(&log_id)
+        })
+        .map_err(io_at(&snapshot_dir))?;
+        info!(
+            index = log_id.index,
+            "seeded the new cluster from the single node's AOF"
+        );
+        pristine = false;
+    }
+    let config = Config {
+        cluster_name: "flockd".to_owned(),
+        heartbeat_interval: settings.heartbeat_ms,
+        // openraft waits its leader lease (its `election_timeout_max`) after the last
+        // heartbeat and then a random time between min and max before it campaigns. So that
+        // an election starts between the contract's timeout and twice it after the last
+        // heartbeat, the lease is the timeout and the random part the rest, as wide as
+        // openraft allows (min above one heartbeat) to keep split votes rare.
+        election_timeout_min: settings.heartbeat_ms + 1,
+        election_timeout_max: settings.election_timeout_ms,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(settings.snapshot_every),
+        max_in_snapshot_log_to_keep: settings.log_kept_after_snapshot,
+        enable_pre_vote: Some(true),
+        // Replicate an entry as soon as it is appended here, not once it is synced here: the
+        // leader's sync and the followers' run at the same time (a commit still needs a
+        // majority of synced copies, the leader's own counted only once it is synced).
+        broadcast_submitted_on_append: Some(true),
+        // A follower whose log went back is caught up from scratch with a snapshot. A wiped
+        // dir is refused at the hello (crate::identity), but a dir restored from an older
+        // copy of itself keeps its dir id. Without this, openraft's leader trips a debug
+        // assertion (a panic in debug builds) or, in release builds, keeps replicating from
+        // where the lost log ended.
+        allow_log_reversion: Some(true),
+        ..Default::default()
+    };
+    let config = Arc::new(
+        config
+            .validate()
+            .map_err(|e| StartError::Raft(e.to_string()))?,
+    );
+    let network = NetworkFactory {
+        peers: together.peers.clone(),
+        transfers: Arc::new(AtomicU64::new(1)),
+        group,
+    };
+    let log_stats = log.clone();
+    let raft = openraft::Raft::new(settings.node_id, config, network, log, store.clone())
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+    // A peer's dir is checked against the members the first group knows: membership changes
+    // go to every group alike.
+    if group == 0 {
+        together.identities.watch_membership(raft.metrics());
+    }
+    let (lease_duty, _) = watch::channel(false);
+    let (proposals, queued) = mpsc::unbounded_channel();
+    let node = Arc::new(Node {
+        me,
+        group,
+        settings: settings.clone(),
+        raft: raft.clone(),
+        peers: together.peers.clone(),
+        pending,
+        proposals,
+        clock: together.clock.clone(),
+        host,
+        log: log_stats,
+        store: store.clone(),
+        lease_duty,
+        stamping: std::sync::atomic::AtomicBool::new(false),
+        last_append: parking_lot::Mutex::new(None),
+        identities: together.identities.clone(),
+        counters: RaftCounters::default(),
+        removed: std::sync::atomic::AtomicBool::new(false),
+        removal: parking_lot::Mutex::new(None),
+    });
+    tokio::spawn(propose::gather(Arc::downgrade(&node), queued));
+    tokio::spawn(count_leader_changes(node.clone()));
+    tokio::spawn(members::watch_members(node.clone()));
+    // Not the node: the task ends with the runtime, and must not keep the node alive.
+    let (pending, waited_ms) = (node.pending.clone(), node.settings.wait_leader_ms);
+    tokio::spawn(async move {
+        pending
+            .answer_overdue(Duration::from_millis(waited_ms), |why| {
+                ProposeError::NoLeader {
+                    waited_ms,
+                    why: why.unwrap_or_else(|| NOT_IN_TIME.to_owned()),
+                }
+            })
+            .await
+    });
+    // The first start of the member with the smallest id in the peers forms the cluster
+    // with them; every other new node waits to hear from a leader (the founders' first
+    // replication, or FLOCK.CLUSTER ADD). Only one node proposing the first membership
+    // means no node ever holds a first entry that conflicts with the leader's.
+    let founder = node.settings.peers.iter().map(|p| p.id).min() == Some(node.me.node);
+    if pristine && founder {
+        let members: BTreeMap<NodeId, openraft::BasicNode> = node
+            .settings
+            .peers
+            .iter()
+            .map(|p| (p.id, basic_node(&p.addr())))
+            .collect();
+        match raft.initialize(members).await {
+            Ok(()) => info!(
+                node = node.me.node,
+                group,
+                "formed a new cluster with {} member(s)",
+                node.settings.peers.len()
+            ),
+            // Another member's vote got here first: this node joins that cluster.
+            Err(e) => info!(group, "not initializing the cluster here: {e}"),
+        }
+    }
+    let start = node.clone();
+    let stop = node.clone();
+    let watch = raft.on_leader_change(
+        move |_| {
+            let node = start.clone();
+            async move {
+                tokio::spawn(take_office(node));
+            }
+        },
+        move |_| {
+            let node = stop.clone();
+            async move {
+                node.stamping
+                    .store(false, std::sync::atomic::Ordering::Release);
+                node.lease_duty.send_replace(false);
+                info!(
+                    node = node.me.node,
+                    group = node.group,
+                    "no longer the leader"
+                );
+            }
+        },
+    );
+    Ok((node, watch))
 }
 
 impl Cluster {
@@ -203,8 +464,40 @@ impl Cluster {
         seed: Option<flockd_core::StateMachine>,
         transport: Arc<dyn Transport>,
     ) -> Result<Cluster, StartError> {
+        let mut groups =
+            Cluster::start_groups(settings, vec![host], clock, seed, transport).await?;
+        Ok(groups.remove(0))
+    }
+
+    /// Starts a node of a multi-group cluster (`cluster-groups`): one openraft group per state
+    /// machine in `hosts`, in order, each with its log and snapshots in a directory of its own,
+    /// all on the one cluster port and sharing each peer's connection. One host is a one-group
+    /// node, exactly as [`Cluster::start_on`]. The dir says how many groups its data was made
+    /// with; another number is refused.
+    pub async fn start_groups(
+        settings: ClusterSettings,
+        hosts: Vec<Arc<dyn Apply>>,
+        clock: Arc<Clock>,
+        seed: Option<flockd_core::StateMachine>,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Vec<Cluster>, StartError> {
+        let count = u16::try_from(hosts.len())
+            .ok()
+            .filter(|n| (1..=MAX_GROUPS).contains(n))
+            .ok_or_else(|| {
+                StartError::Groups(format!(
+                    "cluster-groups is {}, and must be from 1 to {MAX_GROUPS}",
+                    hosts.len()
+                ))
+            })?;
+        if seed.is_some() && count > 1 {
+            return Err(StartError::Seed(
+                "a node seeded from an AOF forms a one-group cluster (cluster-groups 1)".to_owned(),
+            ));
+        }
         let dir = settings.dir.clone();
         std::fs::create_dir_all(&dir).map_err(io_at(&dir))?;
+        check_groups(&dir, count)?;
         let incarnation = next_incarnation(&dir)?;
         let identities = Arc::new(
             tokio::task::block_in_place(|| Identities::open(&dir, settings.node_id))
@@ -214,97 +507,18 @@ impl Cluster {
             node: settings.node_id,
             incarnation,
         };
-        let log_dir = dir.join("log");
-        let log = tokio::task::block_in_place(|| {
-            LogStore::open(&log_dir, settings.sync_delay_ms.clone())
-        })
-        .map_err(io_at(&log_dir))?;
-        let pristine = log.is_pristine().map_err(io_at(&log_dir))?;
-        let pending = Arc::new(PendingTable::default());
-        let snapshot_dir = dir.join("snapshot");
-        let store = tokio::task::block_in_place(|| {
-            MachineStore::open(&snapshot_dir, host.clone(), pending.clone(), me)
-        })
-        .map_err(io_at(&snapshot_dir))?;
-        let mut pristine = pristine && !store.has_snapshot();
-        if let Some(machine) = seed
-            && pristine
-        {
-            let only_me = settings.peers.len() == 1 && settings.me().is_some();
-            if !only_me {
-                return Err(StartError::Seed(
-                    "a node seeded from an AOF forms a one-node cluster: start it with \
-                     cluster-peers naming only itself, then FLOCK.CLUSTER ADD the others"
-                        .to_owned(),
-                ));
-            }
-            let me_peer = settings.me().cloned().expect("checked above");
-            // The log goes on after the file's last position, so no wait id of the new log
-            // repeats one the file's state remembers.
-            let log_id = crate::types::LogId {
-                leader_id: crate::types::LeaderId {
-                    term: 0,
-                    node_id: settings.node_id,
-                },
-                index: machine.position().max(1),
-            };
-            let membership = crate::types::Membership::new(
-                vec![BTreeSet::from([settings.node_id])],
-                BTreeMap::from([(settings.node_id, basic_node(&me_peer.addr()))]),
-            )
-            .map_err(|e| StartError::Seed(e.to_string()))?;
-            tokio::task::block_in_place(|| {
-                store.seed(machine, log_id, membership)?;
-                log.start_after(&log_id)
-            })
-            .map_err(io_at(&snapshot_dir))?;
-            info!(
-                index = log_id.index,
-                "seeded the new cluster from the single node's AOF"
-            );
-            pristine = false;
-        }
-        let config = Config {
-            cluster_name: "flockd".to_owned(),
-            heartbeat_interval: settings.heartbeat_ms,
-            // openraft waits its leader lease (its `election_timeout_max`) after the last
-            // heartbeat and then a random time between min and max before it campaigns. So that
-            // an election starts between the contract's timeout and twice it after the last
-            // heartbeat, the lease is the timeout and the random part the rest, as wide as
-            // openraft allows (min above one heartbeat) to keep split votes rare.
-            election_timeout_min: settings.heartbeat_ms + 1,
-            election_timeout_max: settings.election_timeout_ms,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(settings.snapshot_every),
-            max_in_snapshot_log_to_keep: settings.log_kept_after_snapshot,
-            enable_pre_vote: Some(true),
-            // Replicate an entry as soon as it is appended here, not once it is synced here: the
-            // leader's sync and the followers' run at the same time (a commit still needs a
-            // majority of synced copies, the leader's own counted only once it is synced).
-            broadcast_submitted_on_append: Some(true),
-            // A follower whose log went back is caught up from scratch with a snapshot. A wiped
-            // dir is refused at the hello (crate::identity), but a dir restored from an older
-            // copy of itself keeps its dir id. Without this, openraft's leader trips a debug
-            // assertion (a panic in debug builds) or, in release builds, keeps replicating from
-            // where the lost log ended.
-            allow_log_reversion: Some(true),
-            ..Default::default()
-        };
-        let config = Arc::new(
-            config
-                .validate()
-                .map_err(|e| StartError::Raft(e.to_string()))?,
-        );
         let peers = Arc::new(Peers::new(transport.clone(), identities.clone()));
-        let network = NetworkFactory {
-            peers: peers.clone(),
-            transfers: Arc::new(AtomicU64::new(1)),
+        let shared = Together {
+            me,
+            identities,
+            peers,
+            clock,
         };
-        let log_stats = log.clone();
-        let raft = openraft::Raft::new(settings.node_id, config, network, log, store.clone())
-            .await
-            .map_err(|e| StartError::Raft(e.to_string()))?;
-        identities.watch_membership(raft.metrics());
-
+        let mut seed = seed;
+        let mut nodes = Vec::with_capacity(hosts.len());
+        for (group, host) in (0..count).zip(hosts) {
+            nodes.push(start_group(&settings, group, host, seed.take(), &shared).await?);
+        }
         let addr = SocketAddr::new(settings.bind, settings.cport);
         let listener = transport
             .listen(addr)
@@ -313,88 +527,15 @@ impl Cluster {
                 addr: addr.to_string(),
                 source,
             })?;
-        let (lease_duty, _) = watch::channel(false);
-        let (proposals, queued) = mpsc::unbounded_channel();
-        let node = Arc::new(Node {
-            me,
-            settings,
-            raft: raft.clone(),
-            peers,
-            pending,
-            proposals,
-            clock,
-            host,
-            log: log_stats,
-            store: store.clone(),
-            lease_duty,
-            stamping: std::sync::atomic::AtomicBool::new(false),
-            last_append: parking_lot::Mutex::new(None),
-            identities,
-            counters: RaftCounters::default(),
-            removed: std::sync::atomic::AtomicBool::new(false),
-            removal: parking_lot::Mutex::new(None),
-        });
-        tokio::spawn(propose::gather(Arc::downgrade(&node), queued));
-        tokio::spawn(serve_peers(listener, node.clone()));
-        tokio::spawn(count_leader_changes(node.clone()));
-        tokio::spawn(members::watch_members(node.clone()));
-        // Not the node: the task ends with the runtime, and must not keep the node alive.
-        let (pending, waited_ms) = (node.pending.clone(), node.settings.wait_leader_ms);
-        tokio::spawn(async move {
-            pending
-                .answer_overdue(Duration::from_millis(waited_ms), |why| {
-                    ProposeError::NoLeader {
-                        waited_ms,
-                        why: why.unwrap_or_else(|| NOT_IN_TIME.to_owned()),
-                    }
-                })
-                .await
-        });
-        // The first start of the member with the smallest id in the peers forms the cluster
-        // with them; every other new node waits to hear from a leader (the founders' first
-        // replication, or FLOCK.CLUSTER ADD). Only one node proposing the first membership
-        // means no node ever holds a first entry that conflicts with the leader's.
-        let founder = node.settings.peers.iter().map(|p| p.id).min() == Some(node.me.node);
-        if pristine && founder {
-            let members: BTreeMap<NodeId, openraft::BasicNode> = node
-                .settings
-                .peers
-                .iter()
-                .map(|p| (p.id, basic_node(&p.addr())))
-                .collect();
-            match raft.initialize(members).await {
-                Ok(()) => info!(
-                    node = node.me.node,
-                    "formed a new cluster with {} member(s)",
-                    node.settings.peers.len()
-                ),
-                // Another member's vote got here first: this node joins that cluster.
-                Err(e) => info!("not initializing the cluster here: {e}"),
-            }
-        }
-        let start = node.clone();
-        let stop = node.clone();
-        let watch = raft.on_leader_change(
-            move |_| {
-                let node = start.clone();
-                async move {
-                    tokio::spawn(take_office(node));
-                }
-            },
-            move |_| {
-                let node = stop.clone();
-                async move {
-                    node.stamping
-                        .store(false, std::sync::atomic::Ordering::Release);
-                    node.lease_duty.send_replace(false);
-                    info!(node = node.me.node, "no longer the leader");
-                }
-            },
-        );
-        Ok(Cluster {
-            node,
-            _leader_watch: watch,
-        })
+        let table = Arc::new(Groups(nodes.iter().map(|(node, _)| node.clone()).collect()));
+        tokio::spawn(serve_peers(listener, table));
+        Ok(nodes
+            .into_iter()
+            .map(|(node, watch)| Cluster {
+                node,
+                _leader_watch: watch,
+            })
+            .collect())
     }
 
     /// Proposes `ops` as one entry. The receiver gets their results once the entry is applied

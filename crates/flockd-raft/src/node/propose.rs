@@ -198,7 +198,10 @@ impl Node {
             return Forwarded::NotLeader { leader: None };
         };
         let client = self.peers.client(leader, &addr);
-        match client.call(&Request::Forward(proposal), left).await {
+        match client
+            .call_in(self.group, Request::Forward(proposal), left)
+            .await
+        {
             Ok(Response::Forwarded(outcome)) => outcome,
             Ok(other) => Forwarded::Failed(format!("unexpected answer {other:?}")),
             Err(e) => Forwarded::Failed(e.to_string()),

@@ -93,7 +93,7 @@ impl Node {
             return ReadPoint::NotLeader { leader: None };
         };
         let client = self.peers.client(leader, &addr);
-        match client.call(&Request::ReadIndex, left).await {
+        match client.call_in(self.group, Request::ReadIndex, left).await {
             Ok(Response::ReadPoint(point)) => point,
             Ok(other) => ReadPoint::Failed(format!("unexpected answer {other:?}")),
             Err(e) => ReadPoint::Failed(e.to_string()),

@@ -4,8 +4,8 @@ use super::propose::UNACKNOWLEDGED_WRITE;
 use super::read::UNCONFIRMED_READ;
 use super::*;
 
-/// The cluster port: one task per peer connection.
-pub(super) async fn serve_peers(mut listener: Box<dyn Listener>, node: Arc<Node>) {
+/// The cluster port: one task per peer connection, for every group of the node.
+pub(super) async fn serve_peers(mut listener: Box<dyn Listener>, groups: Arc<Groups>) {
     loop {
         let stream = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -16,11 +16,10 @@ pub(super) async fn serve_peers(mut listener: Box<dyn Listener>, node: Arc<Node>
                 continue;
             }
         };
-        let handler: Arc<dyn PeerHandler> = node.clone();
-        let store = node.store.clone();
+        let groups: Arc<dyn PeerGroups> = groups.clone();
         let peer = stream.peer.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_connection(stream, handler, store).await {
+            if let Err(e) = serve_groups(stream, groups).await {
                 tracing::debug!(%peer, "peer connection ended: {e}");
             }
         });
@@ -83,7 +82,8 @@ impl PeerHandler for Node {
                 | Request::SnapshotChunk { .. }
                 | Request::SnapshotEnd { .. }
                 | Request::Hello(_)
-                | Request::Refuse(_) => {
+                | Request::Refuse(_)
+                | Request::Group { .. } => {
                     Response::Failed("this message belongs to its connection".to_owned())
                 }
             }
