@@ -4,6 +4,9 @@
 //! entries; a crashed node's groups fail over while the others keep theirs; after a full
 //! restart every group has its tokens; a dir made with another number of groups is refused.
 
+// Groups and nodes are numbers here, and the loops read several tables by them.
+#![allow(clippy::needless_range_loop)]
+
 mod common;
 
 use std::path::{Path, PathBuf};
