@@ -124,9 +124,9 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// The applied state, for read commands.
-    pub fn machine(&self) -> RwLockReadGuard<'_, StateMachine> {
-        self.server.applied().read()
+    /// The applied state of the group that serves `name`, for read commands.
+    pub fn machine_of(&self, name: &[u8]) -> RwLockReadGuard<'_, StateMachine> {
+        self.server.group_of(name).applied.read()
     }
 }
 

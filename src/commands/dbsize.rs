@@ -32,7 +32,12 @@ impl CommandDef for DbSize {
 
 impl LocalCommand for DbSize {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let names = ctx.machine().lock_stats().names;
+        let names: u64 = ctx
+            .server
+            .groups()
+            .iter()
+            .map(|group| group.applied.read().lock_stats().names)
+            .sum();
         reply(Reply::Integer(names as i64))
     }
 }

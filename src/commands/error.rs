@@ -160,6 +160,9 @@ impl From<crate::log::ProposeError> for CommandError {
     fn from(e: crate::log::ProposeError) -> Self {
         // The log refused it and nothing was applied: Redis's MISCONF. Otherwise this node
         // cannot tell the outcome: Redis Cluster's CLUSTERDOWN.
+        if e == crate::log::ProposeError::CrossSlot {
+            return CommandError::CrossSlot;
+        }
         match e.is_refusal() {
             true => CommandError::Misconf(e.to_string()),
             false => CommandError::ClusterDown(e.to_string()),

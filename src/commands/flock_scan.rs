@@ -69,7 +69,11 @@ impl LocalCommand for FlockScan {
         } else {
             ScanFilter::All
         };
-        let (next, mut names) = ctx.machine().scan(self.cursor, self.count, filter);
+        let count = self.count;
+        let (next, mut names) =
+            super::scan::walk_groups(ctx.server.groups(), self.cursor, |m, at| {
+                m.scan(at, count, filter)
+            });
         if let Some(pattern) = &self.pattern {
             names.retain(|name| flockd_acl::glob_match(pattern, name));
         }

@@ -13,6 +13,7 @@ use super::error::CommandError;
 use super::kinds::{CommandDef, LocalCommand};
 use super::meta::{CommandFlags, Meta};
 use super::server::Server;
+use crate::services::applied::Totals;
 use crate::services::stats::{self, human_bytes, read};
 
 const DEFAULT_SECTIONS: &[&str] = &[
@@ -167,10 +168,11 @@ fn render(server: &dyn Server, section: &str, out: &mut String) {
         }
         "memory" => {
             let m = stats::memory(server.stats());
-            let (l, f) = {
-                let machine = server.applied().read();
-                (machine.lock_stats(), machine.fence_stats())
-            };
+            let Totals {
+                locks: l,
+                fences: f,
+                ..
+            } = node_totals(server);
             let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
             field("# Memory", &"");
             field("used_memory", &m.used);
@@ -260,14 +262,11 @@ fn render(server: &dyn Server, section: &str, out: &mut String) {
             field("cluster_enabled", &u8::from(enabled));
         }
         "locks" => {
-            let (l, f, floor) = {
-                let machine = server.applied().read();
-                (
-                    machine.lock_stats(),
-                    machine.fence_stats(),
-                    machine.token_floor(),
-                )
-            };
+            let Totals {
+                locks: l,
+                fences: f,
+                token_floor: floor,
+            } = node_totals(server);
             field("# Locks", &"");
             field("lock_names", &l.names);
             field("locks_held", &l.locks_held);
@@ -310,7 +309,7 @@ fn render(server: &dyn Server, section: &str, out: &mut String) {
         "keyspace" => {
             field("# Keyspace", &"");
             // Lock names are the keys (DBSIZE); held ones have a lease, Redis's `expires`.
-            let l = server.applied().read().lock_stats();
+            let l = node_totals(server).locks;
             if l.names > 0 {
                 field(
                     "db0",
@@ -320,4 +319,9 @@ fn render(server: &dyn Server, section: &str, out: &mut String) {
         }
         _ => {}
     }
+}
+
+/// The lock table's figures over every group this node holds.
+fn node_totals(server: &dyn Server) -> Totals {
+    Totals::of(server.groups().iter().map(|g| &*g.applied))
 }

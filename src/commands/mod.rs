@@ -77,15 +77,16 @@ mod type_cmd;
 pub mod unsubscribe;
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use flockd_proto::Reply;
 
-use flockd_core::Op;
+use flockd_core::{Millis, Op};
 pub use flockd_proto::printable;
 
 use crate::log::ReadWait;
+use crate::services::applied::AppliedState;
 pub use context::{Blocking, BlockingHook, CommandResult, Ctx, Outcome, Proposal};
 
 /// What the connection does with a parsed command.
@@ -101,10 +102,7 @@ macro_rules! dispatch {
         Execution::Local(LocalCommand::run($cmd, $ctx))
     };
     (read, $cmd:expr, $ctx:expr, $ty:ty) => {
-        Execution::Local(match $ctx.server.log().read_point() {
-            None => read_now($cmd, $ctx),
-            Some(point) => read_at(point, $cmd, $ctx),
-        })
+        Execution::Local(read::<$ty>($cmd, $ctx))
     };
     (state, $cmd:expr, $ctx:expr, $ty:ty) => {
         Execution::State(proposal::<$ty>($cmd, $ctx.conn.handle.id))
@@ -151,20 +149,36 @@ fn transaction_proposal<T: OpCommand>(cmd: T, client_id: u64) -> Proposal {
     }
 }
 
+/// A read, against the state of the group that serves its name: at once on a single node, at
+/// the group's read point on a cluster node.
+fn read<T: OpCommand>(cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
+    let read = read_of(cmd)?;
+    let group = ctx.server.group_of(read.key());
+    match group.log.read_point() {
+        None => read_now::<T>(read, &group.applied, ctx.now),
+        Some(point) => read_at::<T>(point, read, group.applied.clone()),
+    }
+}
+
 /// A read runs at once against the applied state, with the same op and reply it has inside a
 /// transaction.
-fn read_now<T: OpCommand>(cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
-    let read = read_of(cmd)?;
-    let result = ctx.machine().read(&read, ctx.now);
+fn read_now<T: OpCommand>(
+    read: flockd_core::Read,
+    applied: &AppliedState,
+    now: Millis,
+) -> CommandResult {
+    let result = applied.read().read(&read, now);
     T::reply(result).map(Outcome::Reply)
 }
 
 /// A read on a cluster node: once the node's applied state holds every write committed before
 /// the read arrived (the leader's read point), it runs there, judging leases by the leader's
 /// clock at that point. So it is linearizable on any node without an entry in the log.
-fn read_at<T: OpCommand>(point: ReadWait, cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
-    let read = read_of(cmd)?;
-    let host = ctx.server.applied().clone();
+fn read_at<T: OpCommand>(
+    point: ReadWait,
+    read: flockd_core::Read,
+    host: Arc<AppliedState>,
+) -> CommandResult {
     Ok(Outcome::Await(Box::pin(async move {
         let replied = match point.await {
             Ok(at) => {

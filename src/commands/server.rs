@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::meta::Meta;
-use crate::log::Log;
+use crate::log::{Group, Log};
 use crate::services::acl::AclState;
 use crate::services::applied::AppliedState;
 use crate::services::clients::ClientRegistry;
@@ -24,8 +24,13 @@ pub trait Server: Send + Sync {
     fn reconfigure(&self, changes: &[(String, String)]) -> Result<(), ReconfigureError>;
     /// CONFIG RESETSTAT: the server's counters and the lock table's event counters.
     fn reset_stats(&self);
-    /// The state machine as applied here, with its pub/sub, FLOCK.HOT and waits.
+    /// The state machine as applied here, with its pub/sub, FLOCK.HOT and waits: the first
+    /// group's, on a multi-group cluster node (pub/sub is the node's, whichever group).
     fn applied(&self) -> &Arc<AppliedState>;
+    /// Each group's state and log, in slot order: one but on a multi-group cluster node.
+    fn groups(&self) -> &[Group];
+    /// The group that serves `name` (a lock name or fence key).
+    fn group_of(&self, name: &[u8]) -> &Group;
     fn acl(&self) -> &AclState;
     fn stats(&self) -> &ServerStats;
     fn clients(&self) -> &ClientRegistry;

@@ -39,7 +39,7 @@ impl CommandDef for Type {
 
 impl LocalCommand for Type {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let kind = ctx.machine().key_type(&self.key);
+        let kind = ctx.machine_of(&self.key).key_type(&self.key);
         reply(Reply::Simple(kind.map_or("none", |k| k.name()).into()))
     }
 }

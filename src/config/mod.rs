@@ -287,6 +287,13 @@ impl Settings {
                     heartbeat_ms,
                     election_timeout_ms,
                     tls: tls_on,
+                    groups: ranged(
+                        "cluster-groups",
+                        self.cluster_groups,
+                        1,
+                        u64::from(flockd_raft::MAX_GROUPS),
+                        "1..=64",
+                    )? as u16,
                     wait_leader_ms: ranged(
                         "cluster-wait-leader-ms",
                         self.cluster_wait_leader_ms,

@@ -408,6 +408,14 @@ config_keys! {
         help: "How long a command waits for a leader to commit it before -CLUSTERDOWN.",
         show: |c| cluster_text(c, "cluster-wait-leader-ms", |c| c.wait_leader_ms.to_string()),
     }
+    "cluster-groups" {
+        setting: cluster_groups: u64, env: "FLOCKD_CLUSTER_GROUPS", value: "G",
+        default: Some("1"), change: Restart,
+        help: "Raft groups the 16384 slots are spread over (1..=64), fixed when the cluster is \
+               created: each group has its own leader, so G groups take writes on up to G nodes \
+               at once. 1 (the default) is one group.",
+        show: |c| cluster_text(c, "cluster-groups", |c| c.groups.to_string()),
+    }
     "cluster-redirect" {
         setting: cluster_redirect: String, env: "FLOCKD_CLUSTER_REDIRECT", value: "yes|no",
         default: Some("no"), change: Runtime,

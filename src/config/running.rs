@@ -84,6 +84,8 @@ pub struct ClusterConfig {
     pub heartbeat_ms: u64,
     pub election_timeout_ms: u64,
     pub wait_leader_ms: u64,
+    /// `cluster-groups`: the Raft groups the slots are spread over.
+    pub groups: u16,
     /// `tls-cluster`: the cluster port speaks TLS both ways, with the tls-* files.
     pub tls: bool,
 }

@@ -12,8 +12,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::{
-    BoxFuture, Committing, Fields, Log, LogMember, LogRole, LogView, Membership, OpenError, Opened,
-    ProposeError, ReadWait, Route, commit,
+    BoxFuture, Committing, Fields, Group, Log, LogMember, LogRole, LogView, Membership, OpenError,
+    Opened, ProposeError, ReadWait, Route, commit,
 };
 use crate::config::Config;
 use crate::services::applied::AppliedState;
@@ -111,9 +111,14 @@ pub async fn open(
             "raised every token counter (--bump-tokens): {results:?}"
         );
     }
+    let log: Arc<dyn Log> = Arc::new(log);
     Ok(Opened {
+        groups: vec![Group {
+            applied: applied.clone(),
+            log: log.clone(),
+        }],
         applied,
-        log: Arc::new(log),
+        log,
         clock,
     })
 }

@@ -7,6 +7,7 @@
 //! router over several Raft groups would be one more [`Log`], with no command changed.
 
 pub mod aof;
+pub mod groups;
 pub mod open;
 pub mod raft;
 mod view;
@@ -32,9 +33,22 @@ pub use view::{LogMember, LogRole, LogView, node_name};
 /// What opening a log leaves running: the state it applies to, the log, and the clock that
 /// stamps its entries.
 pub struct Opened {
+    /// The first group's state (the only one but on a multi-group cluster node).
     pub applied: Arc<AppliedState>,
+    /// Where the server's proposals go: the only log, or the router over the groups' logs.
     pub log: Arc<dyn Log>,
     pub clock: Arc<Clock>,
+    /// Each group's state and log, in slot order: one on a single node and on a one-group
+    /// cluster node.
+    pub groups: Vec<Group>,
+}
+
+/// One group's state and its log: the names in its slots are applied there, its lease clock
+/// expires them.
+#[derive(Clone)]
+pub struct Group {
+    pub applied: Arc<AppliedState>,
+    pub log: Arc<dyn Log>,
 }
 
 /// Why a log could not be opened.

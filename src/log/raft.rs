@@ -12,8 +12,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::{
-    BoxFuture, Committing, Fields, Log, LogMember, LogRole, LogView, Membership, OpenError, Opened,
-    ProposeError, ReadWait, Route,
+    BoxFuture, Committing, Fields, Group, Log, LogMember, LogRole, LogView, Membership, OpenError,
+    Opened, ProposeError, ReadWait, Route,
 };
 use crate::config::{ClusterConfig, Config};
 use crate::services::applied::AppliedState;
@@ -53,33 +53,50 @@ pub async fn open(
         log_kept_after_snapshot: 1000,
         sync_delay_ms: test_sync_delay()?,
     };
-    let node = match tls {
-        Some(config) => {
-            let transport = flockd_raft::transport::Tls { config };
-            Cluster::start_on(
-                settings,
-                applied.clone(),
-                clock.clone(),
-                seed,
-                Arc::new(transport),
-            )
-            .await
-        }
-        None => Cluster::start(settings, applied.clone(), clock.clone(), seed).await,
+    let groups = cluster.groups;
+    // Group 0's state is the one `new_applied` makes (it configures the node's pub/sub); the
+    // other groups share its pub/sub and FLOCK.HOT.
+    let mut hosts = vec![applied.clone()];
+    for _ in 1..groups {
+        hosts.push(Arc::new(AppliedState::beside(&applied)));
     }
-    .map_err(OpenError::Cluster)?;
+    let applies = hosts
+        .iter()
+        .map(|h| h.clone() as Arc<dyn flockd_log::Apply>)
+        .collect();
+    let transport: Arc<dyn flockd_raft::transport::Transport> = match tls {
+        Some(config) => Arc::new(flockd_raft::transport::Tls { config }),
+        None => Arc::new(flockd_raft::transport::Tcp),
+    };
+    let nodes = Cluster::start_groups(settings, applies, clock.clone(), seed, transport)
+        .await
+        .map_err(OpenError::Cluster)?;
     info!(
         node = cluster.node_id,
         peers = %cluster.peers_text(),
+        groups,
         "cluster node started; the cluster port listens on {}:{cport}",
         config.bind
     );
+    let group_logs: Vec<Group> = nodes
+        .into_iter()
+        .zip(hosts)
+        .map(|(node, applied)| Group {
+            applied,
+            log: Arc::new(RaftLog {
+                cluster: Arc::new(node),
+            }),
+        })
+        .collect();
+    let log: Arc<dyn Log> = match groups {
+        1 => group_logs[0].log.clone(),
+        _ => Arc::new(super::groups::GroupedLog::new(&group_logs)),
+    };
     Ok(Opened {
         applied,
-        log: Arc::new(RaftLog {
-            cluster: Arc::new(node),
-        }),
+        log,
         clock,
+        groups: group_logs,
     })
 }
 

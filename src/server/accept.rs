@@ -60,7 +60,7 @@ impl Running {
         {
             warn!("connections still open after {grace:?}; closing them");
         }
-        let _ = expiry.await;
+        expiry.join_all().await;
         shared.log.close().await;
         match refused.lock().take() {
             Some(why) => Err(ServerError::Refused(why)),

@@ -128,6 +128,11 @@ pub fn admit(shared: &Shared, config: &Config, conn: &mut ConnState, request: Re
         stats::rejected(stat, &e);
         return refuse(e);
     }
+    if shared.groups.len() > 1 && routing::cross_slot(meta, &request.args) {
+        let e = CommandError::CrossSlot;
+        stats::rejected(stat, &e);
+        return refuse(e);
+    }
     if let Some(moved) = routing::redirect(&*shared.log, config, conn, meta, &request.args) {
         return Admitted::Refused(moved);
     }

@@ -10,14 +10,17 @@ use flockd_core::Op;
 use tracing::warn;
 
 use super::shared::Shared;
-use crate::log::commit;
+use crate::log::{Group, commit};
 
 /// Leases expired by one op at most (a burst of thousands is split, not one huge record).
 const BATCH: usize = 4096;
 
-pub async fn run(shared: Arc<Shared>) {
-    // On a cluster node only the leader's clock times leases: a follower's task waits here.
-    let mut on_duty = shared.log.lease_duty();
+/// Expires group `group`'s leases (the only group but on a multi-group cluster node).
+pub async fn run(shared: Arc<Shared>, group: usize) {
+    // On a cluster node only the group's leader's clock times leases: elsewhere the task waits
+    // here.
+    let Group { applied, log } = shared.groups[group].clone();
+    let mut on_duty = log.lease_duty();
     loop {
         if !*on_duty.borrow_and_update() {
             tokio::select! {
@@ -26,14 +29,14 @@ pub async fn run(shared: Arc<Shared>) {
             }
             continue;
         }
-        let now = shared.log.now();
+        let now = log.now();
         let (due, next) = {
-            let mut timers = shared.applied.lock_timers();
+            let mut timers = applied.lock_timers();
             let due = timers.due_leases(now, BATCH);
             (due, timers.next_deadline())
         };
         if !due.is_empty() {
-            if let Err(e) = commit(&*shared.log, vec![Op::Expire { leases: due }]).await {
+            if let Err(e) = commit(&*log, vec![Op::Expire { leases: due }]).await {
                 // The log cannot take it now (MISCONF); the leases stay scheduled.
                 warn!("cannot expire leases: {e}");
                 tokio::select! {
@@ -50,7 +53,7 @@ pub async fn run(shared: Arc<Shared>) {
                     None => std::future::pending().await,
                 }
             } => {}
-            _ = shared.applied.expiry_wake.notified() => {}
+            _ = applied.expiry_wake.notified() => {}
             _ = on_duty.changed() => {}
             _ = shared.shutdown.cancelled() => return,
         }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::shared::Shared;
 use crate::commands::Server;
-use crate::log::Log;
+use crate::log::{Group, Log};
 use crate::services::acl::AclState;
 use crate::services::applied::AppliedState;
 use crate::services::clients::ClientRegistry;
@@ -26,11 +26,21 @@ impl Server for Shared {
 
     fn reset_stats(&self) {
         stats::reset(&self.stats);
-        self.applied.reset_counters();
+        for group in &self.groups {
+            group.applied.reset_counters();
+        }
     }
 
     fn applied(&self) -> &Arc<AppliedState> {
         &self.applied
+    }
+
+    fn groups(&self) -> &[Group] {
+        &self.groups
+    }
+
+    fn group_of(&self, name: &[u8]) -> &Group {
+        Shared::group_of(self, name)
     }
 
     fn acl(&self) -> &AclState {

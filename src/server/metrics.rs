@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::shared::Shared;
 use crate::commands::TABLE;
+use crate::services::applied::Totals;
 use crate::services::stats::{self, HISTOGRAM_BUCKETS, bucket_usec};
 use flockd_histogram::Histogram;
 
@@ -133,14 +134,11 @@ impl MetricsSource for DaemonMetrics {
                 stats::read(&shared.stats.unknown_commands),
             )],
         });
-        let (locks, fences, token_floor) = {
-            let machine = shared.applied.read();
-            (
-                machine.lock_stats(),
-                machine.fence_stats(),
-                machine.token_floor(),
-            )
-        };
+        let Totals {
+            locks,
+            fences,
+            token_floor,
+        } = Totals::of(shared.groups.iter().map(|g| &*g.applied));
         let holds = &shared.applied.holds;
         let memory = stats::memory(&shared.stats);
         let mut snapshot = MetricsSnapshot {

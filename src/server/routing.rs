@@ -38,3 +38,14 @@ pub fn redirect(
         Route::Here | Route::Unknown => None,
     }
 }
+
+/// Whether the command names keys of more than one slot: on a multi-group node no one entry
+/// can change them together, and Redis Cluster answers `-CROSSSLOT` before it runs anything.
+pub fn cross_slot(meta: &Meta, args: &[Bytes]) -> bool {
+    let mut positions = meta.key_positions(args);
+    let Some(first) = positions.next() else {
+        return false;
+    };
+    let slot = flockd_core::slot_of(&args[first]);
+    positions.any(|at| flockd_core::slot_of(&args[at]) != slot)
+}

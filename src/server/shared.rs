@@ -8,7 +8,7 @@ use std::time::Instant;
 use flockd_proto::Limits;
 use tokio_util::sync::CancellationToken;
 
-use crate::log::Log;
+use crate::log::{Group, Log};
 use crate::services::acl::AclState;
 use crate::services::applied::AppliedState;
 use crate::services::clients::ClientRegistry;
@@ -28,6 +28,9 @@ pub struct Shared {
     /// Where state changes go: the AOF on a single node, Raft on a cluster node.
     pub log: Arc<dyn Log>,
     pub clock: Arc<Clock>,
+    /// Each group's state and log, in slot order (one but on a multi-group cluster node):
+    /// `applied` and `log` above are the first group's state and the router over them all.
+    pub groups: Vec<Group>,
     pub clients: ClientRegistry,
     pub monitors: Monitors,
     pub stats: ServerStats,
@@ -56,6 +59,22 @@ pub const PREAUTH_LIMITS: Limits = Limits {
 pub const PREAUTH_QUERY_BUFFER: usize = 1024 * 1024;
 
 impl Shared {
+    /// The group that serves `name` (a lock name or fence key).
+    pub fn group_of(&self, name: &[u8]) -> &Group {
+        &self.groups[self.group_index(name)]
+    }
+
+    /// The number of the group that serves `name`.
+    pub fn group_index(&self, name: &[u8]) -> usize {
+        match self.groups.len() {
+            1 => 0,
+            n => usize::from(flockd_core::group_of_slot(
+                flockd_core::slot_of(name),
+                n as u16,
+            )),
+        }
+    }
+
     /// The request parser's limits for authenticated clients.
     pub fn limits(&self) -> Limits {
         let config = self.config.load();

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use flockd_core::StateMachine;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
@@ -50,7 +50,8 @@ pub struct Running {
     pub(super) plain: Option<TcpListener>,
     pub(super) tls: Option<TcpListener>,
     pub(super) sentinel: Option<TcpListener>,
-    pub(super) expiry: JoinHandle<()>,
+    /// Each group's lease expiry task.
+    pub(super) expiry: JoinSet<()>,
     /// Why the cluster refused this node, once it did.
     pub(super) refused: Arc<parking_lot::Mutex<Option<String>>>,
     /// Held until the server is gone: no other process opens the same data directory.
@@ -133,6 +134,7 @@ pub async fn start(config: Config, bump_tokens: Option<u64>) -> Result<Running, 
         applied,
         log,
         clock,
+        groups,
     } = crate::log::open::open(&config, bump_tokens, local_addr, cluster_tls, |machine| {
         new_applied(&config, machine)
     })
@@ -143,6 +145,7 @@ pub async fn start(config: Config, bump_tokens: Option<u64>) -> Result<Running, 
         applied,
         log,
         clock,
+        groups,
         clients: ClientRegistry::default(),
         monitors: crate::services::monitor::Monitors::default(),
         stats: ServerStats::new(crate::commands::TABLE.len()),
@@ -169,8 +172,13 @@ pub async fn start(config: Config, bump_tokens: Option<u64>) -> Result<Running, 
         ));
     }
     tokio::spawn(sentinel::announce_leader_changes(shared.clone()));
-    let expiry = tokio::spawn(expiry::run(shared.clone()));
-    tokio::spawn(reclaim_idle_names(shared.clone()));
+    // Each group's lease clock runs on its own: its leader expires its leases and forgets its
+    // idle names.
+    let mut expiry = JoinSet::new();
+    for group in 0..shared.groups.len() {
+        expiry.spawn(expiry::run(shared.clone(), group));
+        tokio::spawn(reclaim_idle_names(shared.clone(), group));
+    }
     tokio::spawn(sample_memory(shared.clone()));
     tokio::spawn(stopping::stop_when_asked(shared.clone()));
     tokio::spawn(watch_signals(

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::shared::Shared;
-use crate::log::commit;
+use crate::log::{Group, commit};
 use crate::services::stats;
 
 /// On SIGHUP, reads the TLS files again for new connections (open ones keep theirs).
@@ -37,12 +37,13 @@ pub(super) async fn reload_tls_on_sighup(shared: Arc<Shared>) {
 
 /// Once a second, picks least-recently-used idle names beyond `max-idle-names` and proposes to
 /// forget them (a pass over the table, so off the async workers).
-pub(super) async fn reclaim_idle_names(shared: Arc<Shared>) {
+pub(super) async fn reclaim_idle_names(shared: Arc<Shared>, group: usize) {
     /// Names forgotten by one op at most.
     const BATCH: usize = 10_000;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    // Only the leader forgets names (the followers apply its Forget ops).
-    let on_duty = shared.log.lease_duty();
+    // Only the group's leader forgets its names (the followers apply its Forget ops).
+    let Group { applied, log } = shared.groups[group].clone();
+    let on_duty = log.lease_duty();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -54,9 +55,9 @@ pub(super) async fn reclaim_idle_names(shared: Arc<Shared>) {
             continue;
         }
         loop {
-            let applied = shared.applied.clone();
+            let marks = applied.clone();
             let names = tokio::task::spawn_blocking(move || {
-                applied.lock_timers().idle_candidates(max, BATCH)
+                marks.lock_timers().idle_candidates(max, BATCH)
             })
             .await
             .unwrap_or_default();
@@ -64,13 +65,13 @@ pub(super) async fn reclaim_idle_names(shared: Arc<Shared>) {
                 break;
             }
             let full = names.len() == BATCH;
-            match commit(&*shared.log, vec![Op::Forget { names }]).await {
+            match commit(&*log, vec![Op::Forget { names }]).await {
                 Ok(results) => {
                     if let Some(flockd_core::OpResult::Forget(forgotten)) = results.first() {
                         stats::bump(&shared.stats.names_forgotten, *forgotten as u64);
                         tracing::debug!(
                             forgotten,
-                            floor = shared.applied.read().token_floor(),
+                            floor = applied.read().token_floor(),
                             "forgot idle lock names"
                         );
                     }

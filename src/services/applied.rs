@@ -4,6 +4,7 @@
 //! the expiry task, hold times to the metrics, and, once the state machine's lock is released,
 //! the changes to pub/sub.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use flockd_core::{
@@ -73,27 +74,65 @@ impl Timers<'_> {
     }
 }
 
+/// The lock table's and the fence register's figures over several groups' states, as one
+/// node's (INFO, the metrics, the console).
+#[derive(Default)]
+pub struct Totals {
+    pub locks: flockd_core::LockStats,
+    pub fences: flockd_core::FenceStats,
+    /// The highest of the groups' token floors.
+    pub token_floor: u64,
+}
+
+impl Totals {
+    pub fn of<'a>(states: impl IntoIterator<Item = &'a AppliedState>) -> Totals {
+        let mut totals = Totals::default();
+        for state in states {
+            let machine = state.read();
+            totals.locks += &machine.lock_stats();
+            totals.fences += &machine.fence_stats();
+            totals.token_floor = totals.token_floor.max(machine.token_floor());
+        }
+        totals
+    }
+}
+
 pub struct AppliedState {
     machine: RwLock<StateMachine>,
     pub waits: WaitRegistry,
-    pub holds: HoldTimes,
-    /// The most contended names (FLOCK.HOT).
-    pub hot: HotLocks,
+    /// How long locks were held: the node's, shared by its groups.
+    pub holds: Arc<HoldTimes>,
+    /// The most contended names (FLOCK.HOT): one for the whole node, as `pubsub`.
+    pub hot: Arc<HotLocks>,
     /// Woken when an applied op scheduled a lease deadline earlier than all others.
     pub expiry_wake: Notify,
-    /// Subscriptions, and the publishing of applied changes.
-    pub pubsub: PubSub,
+    /// Subscriptions, and the publishing of applied changes: one for the whole node, shared by
+    /// the state of every group of a multi-group cluster.
+    pub pubsub: Arc<PubSub>,
 }
 
 impl AppliedState {
     pub fn new(machine: StateMachine, hot_capacity: usize) -> AppliedState {
         AppliedState {
-            hot: HotLocks::new(hot_capacity, std::time::Instant::now()),
+            hot: Arc::new(HotLocks::new(hot_capacity, std::time::Instant::now())),
             machine: RwLock::new(machine),
             waits: WaitRegistry::default(),
-            holds: HoldTimes::default(),
+            holds: Arc::default(),
             expiry_wake: Notify::new(),
-            pubsub: PubSub::default(),
+            pubsub: Arc::default(),
+        }
+    }
+
+    /// Another group's state on the same node (a multi-group cluster): a machine and waits of
+    /// its own, and the node's pub/sub, FLOCK.HOT and hold times, shared with `first`.
+    pub fn beside(first: &AppliedState) -> AppliedState {
+        AppliedState {
+            hot: first.hot.clone(),
+            machine: RwLock::new(StateMachine::new()),
+            waits: WaitRegistry::default(),
+            holds: first.holds.clone(),
+            expiry_wake: Notify::new(),
+            pubsub: first.pubsub.clone(),
         }
     }
 

@@ -22,6 +22,14 @@ pub struct FenceStats {
 }
 
 /// No `Clone`: a snapshot takes [`FenceRegister::cut`].
+impl std::ops::AddAssign<&FenceStats> for FenceStats {
+    fn add_assign(&mut self, other: &FenceStats) {
+        self.keys += other.keys;
+        self.accepted += other.accepted;
+        self.refused += other.refused;
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct FenceRegister {
     /// In SCAN's walk order (keys are never removed).

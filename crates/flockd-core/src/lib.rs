@@ -35,8 +35,9 @@ pub use op::{
     AcquireAllResult, AcquireResult, CancelAllResult, CancelResult, HoldingRef, Op, OpResult, Read,
     Wait, WaitId,
 };
-pub use slot::{SLOT_COUNT, slot_of};
+pub use slot::{SLOT_COUNT, group_of_slot, slot_of, slots_of_group};
 pub use snapshot::Snapshot;
+pub use stripes::PLACE_BITS;
 pub use table::{HolderStatus, LockStats, LockStatus, ScanFilter};
 pub use time::Millis;
 pub use v1::V1Change;

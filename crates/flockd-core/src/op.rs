@@ -170,6 +170,19 @@ pub enum Read {
     FenceToken { key: Bytes },
 }
 
+impl Read {
+    /// The lock name or fence key read.
+    pub fn key(&self) -> &Bytes {
+        match self {
+            Read::Status { name }
+            | Read::Holders { name }
+            | Read::Token { name }
+            | Read::Ttl { name } => name,
+            Read::FenceGet { key } | Read::FenceToken { key } => key,
+        }
+    }
+}
+
 impl Op {
     /// An acquire queued again after its wait was dropped (a leader change re-armed the
     /// leases) asks for what is left of its wait, `left_ms`, not for its whole wait again.
@@ -194,6 +207,29 @@ impl Op {
         }
     }
 
+    /// Every lock name and fence key the op touches, for routing it to the group that serves
+    /// them. Ops about no name (re-arming, sessions ending everywhere) visit none.
+    pub fn each_key(&self, mut visit: impl FnMut(&Bytes)) {
+        match self {
+            Op::AcquireAll { names, .. }
+            | Op::CancelWaitAll { names, .. }
+            | Op::Forget { names }
+            | Op::EndSession { names, .. } => names.iter().for_each(visit),
+            Op::Expire { leases } => leases.iter().for_each(|lease| visit(&lease.name)),
+            Op::FenceSet { key, lock, .. } => {
+                visit(key);
+                if let Some(lock) = lock {
+                    visit(lock);
+                }
+            }
+            op => {
+                if let Some(key) = op.key() {
+                    visit(key);
+                }
+            }
+        }
+    }
+
     /// The lock name or fence key the op is about, if it is about one.
     pub fn key(&self) -> Option<&Bytes> {
         match self {
@@ -204,13 +240,7 @@ impl Op {
             | Op::Advance { name, .. }
             | Op::CancelWait { name, .. } => Some(name),
             Op::FenceSet { key, .. } => Some(key),
-            Op::Read(
-                Read::Status { name }
-                | Read::Holders { name }
-                | Read::Token { name }
-                | Read::Ttl { name },
-            ) => Some(name),
-            Op::Read(Read::FenceGet { key } | Read::FenceToken { key }) => Some(key),
+            Op::Read(read) => Some(read.key()),
             Op::AcquireAll { names, .. } | Op::CancelWaitAll { names, .. } => names.first(),
             Op::Expire { .. }
             | Op::Rearm { .. }

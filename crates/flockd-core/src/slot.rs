@@ -13,6 +13,22 @@ pub fn slot_of(name: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(hash_tag(name)) % SLOT_COUNT
 }
 
+/// Which of `groups` groups serves `slot`: the slots are spread evenly, each group owning one
+/// contiguous range (see [`slots_of_group`]).
+pub fn group_of_slot(slot: u16, groups: u16) -> u16 {
+    let groups = u32::from(groups.max(1));
+    ((u32::from(slot) * groups + groups - 1) / u32::from(SLOT_COUNT)) as u16
+}
+
+/// The slots group `group` of `groups` serves: from `group * 16384 / groups` up to the next
+/// group's first slot.
+pub fn slots_of_group(group: u16, groups: u16) -> std::ops::RangeInclusive<u16> {
+    let groups = u32::from(groups.max(1));
+    let start = |g: u32| (g * u32::from(SLOT_COUNT) / groups) as u16;
+    let g = u32::from(group);
+    start(g)..=start(g + 1) - 1
+}
+
 /// The part of `name` its slot is computed from: the hash tag if it has a non-empty one, else
 /// all of it.
 fn hash_tag(name: &[u8]) -> &[u8] {
@@ -28,6 +44,32 @@ fn hash_tag(name: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_slot_has_the_one_group_whose_range_holds_it() {
+        for groups in [1u16, 2, 3, 4, 5, 7, 16, 64] {
+            let ranges: Vec<_> = (0..groups).map(|g| slots_of_group(g, groups)).collect();
+            assert_eq!(*ranges[0].start(), 0);
+            assert_eq!(*ranges.last().unwrap().end(), SLOT_COUNT - 1);
+            for pair in ranges.windows(2) {
+                assert_eq!(*pair[0].end() + 1, *pair[1].start(), "{groups} groups");
+            }
+            let sizes: Vec<usize> = ranges.iter().map(|r| r.clone().count()).collect();
+            let (min, max) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+            assert!(max - min <= 1, "{groups} groups: {sizes:?}");
+            for slot in 0..SLOT_COUNT {
+                let group = group_of_slot(slot, groups);
+                assert!(
+                    ranges[usize::from(group)].contains(&slot),
+                    "{slot} of {groups}"
+                );
+            }
+        }
+        assert_eq!(slots_of_group(0, 3), 0..=5460);
+        assert_eq!(slots_of_group(1, 3), 5461..=10921);
+        assert_eq!(slots_of_group(2, 3), 10922..=16383);
+        assert_eq!(slots_of_group(3, 4), 12288..=16383);
+    }
 
     /// What Redis 7.0's `CLUSTER KEYSLOT` answered for each name.
     #[test]

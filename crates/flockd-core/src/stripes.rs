@@ -23,7 +23,7 @@ use crate::name::Name;
 pub(crate) const STRIPES: usize = 256;
 
 /// Bits of a place below the stripe's.
-const SHARD_SHIFT: u32 = 55;
+const SHARD_SHIFT: u32 = 49;
 
 type Stripe<V> = BTreeMap<(u64, Name), V>;
 
@@ -52,13 +52,17 @@ fn stripe_of_place(place: u64) -> usize {
     (place >> SHARD_SHIFT) as usize
 }
 
-/// A key's place in a full walk of the map (see the module's note). Places stay below 2^63 so
-/// that SCAN, which walks lock names and then fence keys, can mark the space in a cursor's top
-/// bit and still fit Redis's 64-bit cursors.
+/// A key's place in a full walk of the map (see the module's note). Places stay below 2^57
+/// ([`PLACE_BITS`]) so that SCAN can mark in a cursor's top bits which space it walks (lock
+/// names, then fence keys) and, on a multi-group cluster node, which group, and still fit
+/// Redis's 64-bit cursors.
 pub(crate) fn place_of(key: &[u8]) -> u64 {
     let hash = SEED.hash_one(key);
-    ((hash % STRIPES as u64) << SHARD_SHIFT) | (hash >> 9)
+    ((hash % STRIPES as u64) << SHARD_SHIFT) | (hash >> (64 - SHARD_SHIFT))
 }
+
+/// The bits a place takes: 8 of the stripe, 49 of the hash.
+pub const PLACE_BITS: u32 = SHARD_SHIFT + 8;
 
 /// The smallest key at `place`: the empty name sorts first.
 fn first_at(place: u64) -> (u64, Name) {

@@ -34,6 +34,10 @@ pub enum ProposeError {
     /// to do).
     #[error("{0}")]
     NotServing(String),
+    /// The ops name lock names of more than one Raft group (`cluster-groups`), which no one
+    /// entry can change together: nothing was proposed.
+    #[error("CROSSSLOT Keys in request don't hash to the same slot")]
+    CrossSlot,
 }
 
 impl ProposeError {

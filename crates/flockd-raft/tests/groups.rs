@@ -1,7 +1,7 @@
 //! In-process: three nodes of three groups each (`cluster-groups 3`) on the in-memory network.
 //! Every group elects its own leader and commits through any node (forwarded to that group's
 //! leader over the connection the groups share); each group's state machine sees only its own
-//! entries; a crashed node's groups fail over while the others keep theirs; after a full
+//! entries; a crashed node's groups fail over; after a full
 //! restart every group has its tokens; a dir made with another number of groups is refused.
 
 // Groups and nodes are numbers here, and the loops read several tables by them.
@@ -177,7 +177,8 @@ async fn groups_elect_commit_fail_over_and_restart_apart() {
         }
     }
 
-    // A crash: the groups the node led elect anew, the others keep their leader.
+    // A crash: the groups the node led elect anew (the others keep theirs, but for the leaders
+    // the survivors then spread between them).
     let leaders: Vec<usize> = {
         let mut v = Vec::new();
         for group in 0..GROUPS {

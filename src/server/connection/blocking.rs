@@ -78,10 +78,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     };
                     waited.observe_duration(started.elapsed());
                     let contention = Contention::Waited(started.elapsed());
-                    self.shared
-                        .applied
-                        .hot
-                        .record(&name, contention, Instant::now());
+                    self.shared.group_of(&name).applied.hot.record(
+                        &name,
+                        contention,
+                        Instant::now(),
+                    );
                     // The wait was the client's asking: no latency event, no slow log entry.
                     let usec = started.elapsed().as_micros() as u64;
                     stats::account(&self.shared.stats, command, usec);
@@ -116,7 +117,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     ) -> std::io::Result<Parked> {
         let shared = self.shared.clone();
         let handle = self.conn.handle.clone();
-        let Some(mut grant) = shared.applied.waits.claim(wait) else {
+        // A wait id is its group's: the waits are those of the group of the op's names.
+        let group = shared.group_of(op.key().map_or(&b""[..], |k| &k[..]));
+        let Some(mut grant) = group.applied.waits.claim(wait) else {
             return Ok(Parked::Dropped);
         };
         shared.clients.set_blocked(&handle, true);

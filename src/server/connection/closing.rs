@@ -21,8 +21,14 @@ impl<S> Connection<S> {
     pub(super) async fn close(mut self) {
         let id = self.conn.handle.id;
         let names = std::mem::take(&mut self.holdings);
-        if !names.is_empty() {
-            let op = end_session(id, names.into_iter().collect());
+        // One op per group that holds some of them (a multi-group node's names may be in
+        // several).
+        let mut by_group: Vec<Vec<Bytes>> = vec![Vec::new(); self.shared.groups.len()];
+        for name in names {
+            by_group[self.shared.group_index(&name)].push(name);
+        }
+        for names in by_group.into_iter().filter(|n| !n.is_empty()) {
+            let op = end_session(id, names);
             if let Err(e) = commit(&*self.shared.log, vec![op]).await {
                 // The holdings then end with their leases.
                 warn!(

@@ -72,6 +72,8 @@ pub(super) struct Connection<S> {
     /// About how many bytes of arguments `unproposed` holds: a batch goes out once it holds
     /// [`BATCH_BYTES`], so big values never add up to one oversized log entry.
     unproposed_bytes: usize,
+    /// The group of the ops in `unproposed` (always 0 but on a multi-group cluster node).
+    unproposed_group: usize,
     conn: ConnState,
     /// Between MULTI and EXEC: the queued commands (see `transaction.rs`).
     transaction: Option<Transaction>,

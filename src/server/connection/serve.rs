@@ -39,6 +39,7 @@ where
         unproposed: Batch::default(),
         proposals: Vec::new(),
         unproposed_bytes: 0,
+        unproposed_group: 0,
         conn: ConnState::new(&*shared, handle),
         transaction: None,
         holdings: BTreeSet::new(),
@@ -189,6 +190,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         .await;
                 }
                 let Proposal { op, reply, .. } = proposal;
+                // One entry is one group's: on a multi-group node an op of another group than
+                // the batch's sends the batch off first.
+                if self.shared.groups.len() > 1 {
+                    let group = op.key().map_or(0, |key| self.shared.group_index(key));
+                    if group != self.unproposed_group {
+                        self.propose_gathered();
+                        self.unproposed_group = group;
+                    }
+                }
                 // The op joins the batch being gathered (proposed below once full).
                 self.unproposed
                     .push(op, Answer::new(reply, index, started, args));

@@ -15,6 +15,7 @@ use super::error::ConsoleError;
 use super::history::{self, History};
 use super::query;
 use crate::server::shared::Shared;
+use crate::services::applied::Totals;
 
 /// Names one search looks at, at most, while it holds the lock table for reading: a search
 /// over a big table goes on from its cursor in the next request.
@@ -34,7 +35,7 @@ fn name_fields(name: &[u8]) -> (String, String) {
 
 pub fn overview(shared: &Shared, history: &History) -> Value {
     let config = shared.config.load();
-    let locks = shared.applied.read().lock_stats();
+    let locks = Totals::of(shared.groups.iter().map(|g| &*g.applied)).locks;
     let node = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "address": shared.local_addr.to_string(),

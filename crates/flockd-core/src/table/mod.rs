@@ -89,6 +89,23 @@ pub struct LockStats {
 
 /// Two gauges (kept exact by every change) and event counts since the start or the last reset.
 /// Not part of the replicated state: a replica that replayed more history counts more.
+/// Several groups' tables counted as one (a multi-group cluster node's INFO and metrics).
+impl std::ops::AddAssign<&LockStats> for LockStats {
+    fn add_assign(&mut self, other: &LockStats) {
+        self.names += other.names;
+        self.locks_held += other.locks_held;
+        self.waiters += other.waiters;
+        self.tokens_issued += other.tokens_issued;
+        self.grants += other.grants;
+        self.releases += other.releases;
+        self.expirations += other.expirations;
+        self.force_releases += other.force_releases;
+        self.notowner_rejections += other.notowner_rejections;
+        self.renewals += other.renewals;
+        self.busy += other.busy;
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub(crate) struct LockCounters {
     pub locks_held: u64,

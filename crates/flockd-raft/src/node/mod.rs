@@ -6,7 +6,8 @@
 //! The rooms: this file starts a node and holds its state; `propose` gets an entry committed
 //! (here or at the leader), `read` finds a linearizable read point, `office` is what a new
 //! leader does first, `membership` adds, removes and hands over, `serve` answers the peers on
-//! the cluster port, and `view` is what the server shows.
+//! the cluster port, `spread` spreads a multi-group node's group leaders over the nodes, and
+//! `view` is what the server shows.
 
 mod members;
 mod membership;
@@ -14,6 +15,7 @@ mod office;
 mod propose;
 mod read;
 mod serve;
+mod spread;
 mod view;
 
 pub use members::Removal;
@@ -529,6 +531,10 @@ impl Cluster {
             })?;
         let table = Arc::new(Groups(nodes.iter().map(|(node, _)| node.clone()).collect()));
         tokio::spawn(serve_peers(listener, table));
+        if count > 1 {
+            let weak = nodes.iter().map(|(node, _)| Arc::downgrade(node)).collect();
+            tokio::spawn(spread::spread_leaders(weak));
+        }
         Ok(nodes
             .into_iter()
             .map(|(node, watch)| Cluster {

@@ -1,0 +1,278 @@
+//! A multi-group cluster node's log (`cluster-groups` above 1): one Raft log per group, each
+//! serving a contiguous range of the 16384 slots, behind the one [`Log`] the server holds. A
+//! proposal goes to the group of its names; the node's own view (ROLE, INFO, SENTINEL) is the
+//! first group's; CLUSTER SLOTS and SHARDS show a shard per group; a membership change, a
+//! hand-over at a stop and a close go to every group.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flockd_core::{Millis, Op};
+use flockd_metrics::MetricsSnapshot;
+use tokio::sync::watch;
+
+use super::{
+    BoxFuture, Committing, Fields, Group, Log, LogView, Membership, ProposeError, ReadWait, Route,
+    Shard,
+};
+use crate::config::Config;
+
+pub struct GroupedLog {
+    logs: Vec<Arc<dyn Log>>,
+}
+
+impl GroupedLog {
+    pub fn new(groups: &[Group]) -> GroupedLog {
+        GroupedLog {
+            logs: groups.iter().map(|g| g.log.clone()).collect(),
+        }
+    }
+
+    fn count(&self) -> u16 {
+        self.logs.len() as u16
+    }
+
+    fn first(&self) -> &dyn Log {
+        &*self.logs[0]
+    }
+}
+
+/// The group every name of `ops` belongs to: `Ok(None)` when they name none (an op about the
+/// whole node), `Err` when they name more than one group's.
+pub fn group_of_ops(ops: &[Op], groups: u16) -> Result<Option<u16>, ProposeError> {
+    let mut found = None;
+    let mut mixed = false;
+    for op in ops {
+        op.each_key(|key| {
+            let group = flockd_core::group_of_slot(flockd_core::slot_of(key), groups);
+            match found {
+                None => found = Some(group),
+                Some(g) if g != group => mixed = true,
+                Some(_) => {}
+            }
+        });
+    }
+    match mixed {
+        true => Err(ProposeError::CrossSlot),
+        false => Ok(found),
+    }
+}
+
+/// A proposal answered at once with `error`.
+fn refused(error: ProposeError) -> Committing {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let _ = tx.send(Err(error.clone()));
+    Committing::new(rx, error)
+}
+
+impl Log for GroupedLog {
+    fn propose(&self, ops: Vec<Op>) -> Committing {
+        match group_of_ops(&ops, self.count()) {
+            Ok(group) => self.logs[usize::from(group.unwrap_or(0))].propose(ops),
+            Err(e) => refused(e),
+        }
+    }
+
+    fn write_now(&self) {}
+
+    fn check_serving(&self) -> Result<(), ProposeError> {
+        self.first().check_serving()
+    }
+
+    fn check_writable(&self) -> Result<(), ProposeError> {
+        self.first().check_writable()
+    }
+
+    fn now(&self) -> Millis {
+        // The groups share the node's clock.
+        self.first().now()
+    }
+
+    fn lease_duty(&self) -> watch::Receiver<bool> {
+        // Each group's lease clock runs on its own (the server starts a timer task per group);
+        // this one is the first group's.
+        self.first().lease_duty()
+    }
+
+    fn read_point(&self) -> Option<ReadWait> {
+        // Reads ask their own group (crate::commands); this is the first group's.
+        self.first().read_point()
+    }
+
+    fn route(&self, slot: u16) -> Route {
+        let group = flockd_core::group_of_slot(slot, self.count());
+        self.logs[usize::from(group)].route(slot)
+    }
+
+    fn view(&self) -> LogView {
+        self.first().view()
+    }
+
+    fn shards(&self) -> Option<Vec<Shard>> {
+        let groups = self.count();
+        Some(
+            self.logs
+                .iter()
+                .enumerate()
+                .map(|(group, log)| Shard {
+                    slots: flockd_core::slots_of_group(group as u16, groups),
+                    view: log.view(),
+                })
+                .collect(),
+        )
+    }
+
+    fn persistence_info(&self, field: Fields<'_>) {
+        self.first().persistence_info(field)
+    }
+
+    fn replication_info(&self, field: Fields<'_>) {
+        self.first().replication_info(field);
+        field("raft_groups", &self.count());
+        let led = self
+            .logs
+            .iter()
+            .filter(|log| matches!(log.route(0), Route::Here))
+            .count();
+        field("raft_groups_led", &led);
+    }
+
+    fn metrics(&self, snapshot: &mut MetricsSnapshot) {
+        self.first().metrics(snapshot)
+    }
+
+    fn rewrite(&self) -> Result<(), String> {
+        self.first().rewrite()
+    }
+
+    fn membership(&self) -> Option<Box<dyn Membership>> {
+        let each = self
+            .logs
+            .iter()
+            .map(|log| log.membership())
+            .collect::<Option<Vec<_>>>()?;
+        Some(Box::new(EveryGroup(Arc::new(each))))
+    }
+
+    fn reconfigure(&self, old: &Config, next: &Config) {
+        for log in &self.logs {
+            log.reconfigure(old, next);
+        }
+    }
+
+    fn hand_over(&self, limit: Duration) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            // Every group this node leads hands over at once, within the one limit.
+            let mut handing = tokio::task::JoinSet::new();
+            for log in &self.logs {
+                let log = log.clone();
+                handing.spawn(async move { log.hand_over(limit).await });
+            }
+            let mut any = false;
+            while let Some(handed) = handing.join_next().await {
+                any |= handed.unwrap_or(false);
+            }
+            any
+        })
+    }
+
+    fn leader_changed(&self, known: Option<u64>) -> BoxFuture<'_, Option<u64>> {
+        self.first().leader_changed(known)
+    }
+
+    fn refusals(&self) -> Option<watch::Receiver<Option<String>>> {
+        // The groups share the node's identity, and so its refusals.
+        self.first().refusals()
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            for log in self.logs.iter().rev() {
+                log.close().await;
+            }
+        })
+    }
+}
+
+/// FLOCK.CLUSTER ADD, REMOVE and LEADER on a multi-group node: membership changes go to every
+/// group in turn (a member is a member of all of them); LEADER moves every group this node
+/// leads.
+struct EveryGroup(Arc<Vec<Box<dyn Membership>>>);
+
+impl Membership for EveryGroup {
+    fn add(&self, id: u64, addr: String) -> BoxFuture<'static, Result<(), String>> {
+        let groups = self.0.clone();
+        Box::pin(async move {
+            for (group, membership) in groups.iter().enumerate() {
+                membership
+                    .add(id, addr.clone())
+                    .await
+                    .map_err(|e| format!("group {group}: {e}"))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn remove(&self, id: u64) -> BoxFuture<'static, Result<(), String>> {
+        let groups = self.0.clone();
+        Box::pin(async move {
+            for (group, membership) in groups.iter().enumerate() {
+                membership
+                    .remove(id)
+                    .await
+                    .map_err(|e| format!("group {group}: {e}"))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn transfer_leader(&self, id: u64) -> BoxFuture<'static, Result<(), String>> {
+        let groups = self.0.clone();
+        Box::pin(async move {
+            for (group, membership) in groups.iter().enumerate() {
+                membership
+                    .transfer_leader(id)
+                    .await
+                    .map_err(|e| format!("group {group}: {e}"))?;
+            }
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn release(name: &str) -> Op {
+        Op::Release {
+            name: Bytes::from(name.to_owned()),
+            token: 1,
+        }
+    }
+
+    #[test]
+    fn ops_go_to_the_group_of_their_names_and_never_to_two() {
+        // "a" is slot 15495, "b" 3300: groups 3 and 0 of 4; "{a}x" shares a's slot.
+        assert_eq!(group_of_ops(&[release("a")], 4), Ok(Some(3)));
+        assert_eq!(group_of_ops(&[release("b")], 4), Ok(Some(0)));
+        assert_eq!(
+            group_of_ops(&[release("a"), release("{a}x")], 4),
+            Ok(Some(3))
+        );
+        assert_eq!(
+            group_of_ops(&[release("a"), release("b")], 4),
+            Err(ProposeError::CrossSlot)
+        );
+        assert_eq!(group_of_ops(&[release("a"), release("b")], 1), Ok(Some(0)));
+        assert_eq!(group_of_ops(&[Op::EndAllSessions], 4), Ok(None));
+        let fenced = Op::FenceSet {
+            key: Bytes::from_static(b"a"),
+            token: 1,
+            value: Bytes::new(),
+            lock: Some(Bytes::from_static(b"b")),
+        };
+        assert_eq!(group_of_ops(&[fenced], 4), Err(ProposeError::CrossSlot));
+    }
+}
