@@ -23,7 +23,8 @@ pub enum FlockCluster {
 const HELP: &[&str] = &[
     "FLOCK.CLUSTER <subcommand> [<arg> ...]. Subcommands are:",
     "NODES",
-    "    One line per member: <id> <host:port@cport> <leader|follower|learner|removed> <applied-index> <up|down>.",
+    "    One line per member: <id> <host:port@cport> <leader|follower|learner|removed> <applied-index> <up|down>,",
+    "    and with cluster-groups above 1, groups=<group>:<role>:<index>,... for each group.",
     "ADD <id> <host:port[@cport]>",
     "    Adds a started node: it catches up as a learner, then votes.",
     "REMOVE <id>",
@@ -154,16 +155,34 @@ impl LocalCommand for FlockCluster {
             FlockCluster::Help => unreachable!("answered above"),
             FlockCluster::Nodes => {
                 let view = log.view();
+                // A multi-group node adds, per member, its role and index in each group.
+                let groups = log.shards().filter(|shards| shards.len() > 1);
                 let mut text = String::new();
                 for m in &view.members {
                     text.push_str(&format!(
-                        "{} {} {} {} {}\n",
+                        "{} {} {} {} {}",
                         m.id.unwrap_or(0),
                         m.addr,
                         m.role,
                         m.index.unwrap_or(0),
                         if m.up { "up" } else { "down" }
                     ));
+                    if let Some(shards) = &groups {
+                        let each: Vec<String> = shards
+                            .iter()
+                            .zip(1..)
+                            .filter_map(|(shard, number)| {
+                                let member = shard.view.members.iter().find(|g| g.id == m.id)?;
+                                Some(format!(
+                                    "{number}:{}:{}",
+                                    member.role,
+                                    member.index.unwrap_or(0)
+                                ))
+                            })
+                            .collect();
+                        text.push_str(&format!(" groups={}", each.join(",")));
+                    }
+                    text.push('\n');
                 }
                 reply(Reply::bulk(text))
             }

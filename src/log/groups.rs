@@ -58,6 +58,21 @@ pub fn group_of_ops(ops: &[Op], groups: u16) -> Result<Option<u16>, ProposeError
     }
 }
 
+/// INFO's field for group `number` (`raft_group_1`, ...): made once for every group there can
+/// be, since INFO's field names live as long as the process.
+fn group_field(number: u16) -> &'static str {
+    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        (1..=flockd_raft::MAX_GROUPS)
+            .map(|n| &*Box::leak(format!("raft_group_{n}").into_boxed_str()))
+            .collect()
+    });
+    names
+        .get(usize::from(number).saturating_sub(1))
+        .copied()
+        .unwrap_or("raft_group")
+}
+
 /// A proposal answered at once with `error`.
 fn refused(error: ProposeError) -> Committing {
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -135,10 +150,25 @@ impl Log for GroupedLog {
             .filter(|log| matches!(log.route(0), Route::Here))
             .count();
         field("raft_groups_led", &led);
+        // Each group as this node sees it, a line each, as Redis lists its replicas.
+        for (log, number) in self.logs.iter().zip(1..) {
+            let v = log.view();
+            let value = format!(
+                "leader={},term={},commit_index={},applied_index={},lag={}",
+                v.leader_id.unwrap_or(0),
+                v.term,
+                v.commit_index,
+                v.applied_index,
+                v.commit_index.saturating_sub(v.applied_index)
+            );
+            field(group_field(number), &value);
+        }
     }
 
     fn metrics(&self, snapshot: &mut MetricsSnapshot) {
-        self.first().metrics(snapshot)
+        for log in &self.logs {
+            log.metrics(snapshot);
+        }
     }
 
     fn rewrite(&self) -> Result<(), String> {
@@ -207,7 +237,7 @@ impl Membership for EveryGroup {
                 membership
                     .add(id, addr.clone())
                     .await
-                    .map_err(|e| format!("group {group}: {e}"))?;
+                    .map_err(|e| format!("group {}: {e}", group + 1))?;
             }
             Ok(())
         })
@@ -220,7 +250,7 @@ impl Membership for EveryGroup {
                 membership
                     .remove(id)
                     .await
-                    .map_err(|e| format!("group {group}: {e}"))?;
+                    .map_err(|e| format!("group {}: {e}", group + 1))?;
             }
             Ok(())
         })
@@ -233,7 +263,7 @@ impl Membership for EveryGroup {
                 membership
                     .transfer_leader(id)
                     .await
-                    .map_err(|e| format!("group {group}: {e}"))?;
+                    .map_err(|e| format!("group {}: {e}", group + 1))?;
             }
             Ok(())
         })

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flockd_core::{Millis, Op, StateMachine};
-use flockd_metrics::{HistogramData, MetricsSnapshot, RaftMetrics};
+use flockd_metrics::{HistogramData, MetricsSnapshot, RaftGroupMetrics, RaftMetrics};
 use flockd_raft::{Cluster, ClusterView, Leader, NodeId, Role};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -21,6 +21,8 @@ use crate::services::clock::Clock;
 
 pub struct RaftLog {
     cluster: Arc<Cluster>,
+    /// The group's number, from 1 (1 on a one-group node).
+    number: u16,
 }
 
 /// Starts this node's Raft: the state from the last snapshot in `dir/raft`, the log after it,
@@ -81,10 +83,12 @@ pub async fn open(
     let group_logs: Vec<Group> = nodes
         .into_iter()
         .zip(hosts)
-        .map(|(node, applied)| Group {
+        .zip(1..)
+        .map(|((node, applied), number)| Group {
             applied,
             log: Arc::new(RaftLog {
                 cluster: Arc::new(node),
+                number,
             }),
         })
         .collect();
@@ -324,7 +328,20 @@ impl Log for RaftLog {
     }
 
     fn metrics(&self, snapshot: &mut MetricsSnapshot) {
-        snapshot.raft = Some(raft_metrics(&self.cluster));
+        // The unlabelled series are the first group's (a multi-group node's groups each add
+        // theirs, in order).
+        if snapshot.raft.is_none() {
+            snapshot.raft = Some(raft_metrics(&self.cluster));
+        }
+        let view = self.cluster.view();
+        snapshot.raft_groups.push(RaftGroupMetrics {
+            group: self.number,
+            leader: view.leader.unwrap_or(0),
+            is_leader: view.role == Role::Leader,
+            term: view.term,
+            commit_index: view.commit_index,
+            applied_index: view.applied_index,
+        });
     }
 
     fn rewrite(&self) -> Result<(), String> {

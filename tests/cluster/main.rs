@@ -8,5 +8,6 @@
 mod common;
 
 mod cluster;
+mod groups;
 mod sentinel;
 mod slots;

@@ -82,6 +82,25 @@ fn histograms(
     Ok(())
 }
 
+/// One figure of a group, for a `group`-labelled family.
+type GroupValue = fn(&crate::RaftGroupMetrics) -> u64;
+
+/// A gauge family with one label.
+fn gauges(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: &str,
+    series: &[(String, u64)],
+) -> std::fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (value, v) in series {
+        let labels = [(label, value.as_str())];
+        ConstGauge::new(*v as i64).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
 /// A counter family with one label.
 fn counters(
     enc: &mut DescriptorEncoder,
@@ -339,6 +358,47 @@ impl Collector for SnapshotCollector {
                  fsync's completion; one fsync may serve several",
                 &raft.log_fsync_duration,
             )?;
+        }
+        if !s.raft_groups.is_empty() {
+            let per_group = |value: GroupValue| -> Vec<(String, u64)> {
+                s.raft_groups
+                    .iter()
+                    .map(|g| (g.group.to_string(), value(g)))
+                    .collect()
+            };
+            let families: [(&str, &str, GroupValue); 6] = [
+                (
+                    "flockd_raft_group_leader",
+                    "The node id leading the group (0: none known)",
+                    |g| g.leader,
+                ),
+                (
+                    "flockd_raft_group_is_leader",
+                    "1 while this node leads the group",
+                    |g| u64::from(g.is_leader),
+                ),
+                ("flockd_raft_group_term", "The group's Raft term", |g| {
+                    g.term
+                }),
+                (
+                    "flockd_raft_group_commit_index",
+                    "Last log index of the group this node knows committed",
+                    |g| g.commit_index,
+                ),
+                (
+                    "flockd_raft_group_applied_index",
+                    "Last log index of the group applied here",
+                    |g| g.applied_index,
+                ),
+                (
+                    "flockd_raft_group_lag",
+                    "Entries of the group committed but not applied here yet",
+                    |g| g.commit_index.saturating_sub(g.applied_index),
+                ),
+            ];
+            for (name, help, value) in families {
+                gauges(e, name, help, "group", &per_group(value))?;
+            }
         }
         Ok(())
     }

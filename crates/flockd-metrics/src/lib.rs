@@ -12,4 +12,6 @@ mod snapshot;
 pub use exposition::{MetricsSource, registry, render};
 pub use http::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS, MAX_HEADER_BYTES, serve};
 pub use pages::{PageBody, PageRequest, PageResponse, Pages};
-pub use snapshot::{CommandErrors, CommandMetrics, HistogramData, MetricsSnapshot, RaftMetrics};
+pub use snapshot::{
+    CommandErrors, CommandMetrics, HistogramData, MetricsSnapshot, RaftGroupMetrics, RaftMetrics,
+};

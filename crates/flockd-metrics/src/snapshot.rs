@@ -112,8 +112,27 @@ pub struct MetricsSnapshot {
     /// flockd_memory_rss_bytes (resident set, used_memory_rss)
     pub memory_used_bytes: u64,
     pub memory_rss_bytes: u64,
-    /// The flockd_raft_* series: only a cluster node has them.
+    /// The flockd_raft_* series: only a cluster node has them (the first group's, on a
+    /// multi-group node).
     pub raft: Option<RaftMetrics>,
+    /// The flockd_raft_group_* series, one per Raft group (label `group`, from 1): a cluster
+    /// node has one group or several (`cluster-groups`).
+    pub raft_groups: Vec<RaftGroupMetrics>,
+}
+
+/// One Raft group as this node sees it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RaftGroupMetrics {
+    /// The group's number, from 1.
+    pub group: u16,
+    /// flockd_raft_group_leader: the node id leading it (0: none known)
+    pub leader: u64,
+    /// flockd_raft_group_is_leader, flockd_raft_group_term, flockd_raft_group_commit_index,
+    /// flockd_raft_group_applied_index
+    pub is_leader: bool,
+    pub term: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
 }
 
 /// A cluster node's Raft metrics.

@@ -106,7 +106,10 @@ pub async fn serve_groups(stream: PeerStream, groups: Arc<dyn PeerGroups>) -> io
         };
         let (group, request) = request.group();
         let Some((handler, store)) = groups.group(group) else {
-            let why = format!("no group {group} here (a node of another cluster-groups?)");
+            let why = format!(
+                "no group {} here (a node of another cluster-groups?)",
+                u32::from(group) + 1
+            );
             send(&replies, id, &Response::Failed(why)).await;
             continue;
         };

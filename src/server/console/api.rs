@@ -71,8 +71,31 @@ pub fn overview(shared: &Shared, history: &History) -> Value {
             })
         })
         .collect();
+    // A multi-group node's groups: each one's slots, leader, term, indexes and lag here.
+    let groups: Vec<Value> = shared
+        .log
+        .shards()
+        .filter(|shards| shards.len() > 1)
+        .unwrap_or_default()
+        .iter()
+        .zip(1..)
+        .map(|(shard, number): (&crate::log::Shard, u16)| {
+            let v = &shard.view;
+            json!({
+                "group": number,
+                "slots": format!("{}-{}", shard.slots.start(), shard.slots.end()),
+                "leader": v.leader_id,
+                "role": v.role.as_str(),
+                "term": v.term,
+                "commit_index": v.commit_index,
+                "applied_index": v.applied_index,
+                "lag": v.commit_index.saturating_sub(v.applied_index),
+            })
+        })
+        .collect();
     let cluster = json!({
         "mode": if single { "single" } else { "cluster" },
+        "groups": groups,
         "node_id": view.node_id,
         "role": view.role.as_str(),
         "leader": view.leader_id,

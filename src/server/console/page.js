@@ -82,6 +82,13 @@
       if (m.role === 'leader') tr.className = 'leader';
       return tr;
     }));
+    const groups = cluster.groups || [];
+    $('groups').hidden = groups.length === 0;
+    fill($('groups').tBodies[0], groups.map((g) => {
+      const tr = row([g.group, g.slots, g.leader ?? 'none', g.role, g.term, g.applied_index, g.lag]);
+      if (g.role === 'leader') tr.className = 'leader';
+      return tr;
+    }));
     const h = data.history;
     chart($('ops-chart'), h.ops_per_s, (v) => v >= 1000 ? `${(v / 1000).toFixed(1)}k` : v.toFixed(0));
     chart($('p99-chart'), h.p99_ms, (v) => v < 1 ? `${(v * 1000).toFixed(0)} µs` : `${v.toFixed(1)} ms`);

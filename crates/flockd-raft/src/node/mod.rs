@@ -95,11 +95,12 @@ pub struct ClusterSettings {
 const GROUPS_FILE: &str = "cluster-groups";
 
 /// Where group `group` keeps its log and snapshots: the first group where a one-group node
-/// always kept them, each other group in a directory of its own.
+/// always kept them, each other group in a directory of its own, named by the group's number
+/// as users see it (`group-2` for the second).
 fn group_dir(dir: &Path, group: u16) -> PathBuf {
     match group {
         0 => dir.to_owned(),
-        group => dir.join(format!("group-{group}")),
+        group => dir.join(format!("group-{}", group + 1)),
     }
 }
 
@@ -156,6 +157,7 @@ impl ClusterSettings {
 struct Node {
     me: Me,
     /// Which of the node's groups this is (0: the first, and the only one of a one-group node).
+    /// Users see groups numbered from 1 (logs, metrics, INFO, dirs).
     group: u16,
     settings: ClusterSettings,
     raft: Raft,
@@ -407,12 +409,12 @@ async fn start_group(
         match raft.initialize(members).await {
             Ok(()) => info!(
                 node = node.me.node,
-                group,
+                group = group + 1,
                 "formed a new cluster with {} member(s)",
                 node.settings.peers.len()
             ),
             // Another member's vote got here first: this node joins that cluster.
-            Err(e) => info!(group, "not initializing the cluster here: {e}"),
+            Err(e) => info!(group = group + 1, "not initializing the cluster here: {e}"),
         }
     }
     let start = node.clone();
@@ -432,7 +434,7 @@ async fn start_group(
                 node.lease_duty.send_replace(false);
                 info!(
                     node = node.me.node,
-                    group = node.group,
+                    group = node.group + 1,
                     "no longer the leader"
                 );
             }

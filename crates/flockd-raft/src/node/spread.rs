@@ -69,7 +69,7 @@ pub(super) async fn spread_leaders(groups: Vec<Weak<Node>>) {
         let me = first.node_id;
         if let Some((group, target)) = next_move(me, &leaders, &members) {
             info!(
-                group,
+                group = group + 1,
                 to = target,
                 "handing the group's leadership over, to spread the leaders over the nodes"
             );
