@@ -142,7 +142,27 @@ impl Log for GroupedLog {
     }
 
     fn replication_info(&self, field: Fields<'_>) {
-        self.first().replication_info(field);
+        // The node's fields are the first group's, but for the forwarded commands: every
+        // group's, summed.
+        const FORWARDED: &str = "raft_forwarded_commands";
+        let forwarded: u64 = self
+            .logs
+            .iter()
+            .map(|log| {
+                let mut count = 0;
+                log.replication_info(&mut |name, value| {
+                    if name == FORWARDED {
+                        count = value.to_string().parse().unwrap_or(0);
+                    }
+                });
+                count
+            })
+            .sum();
+        self.first()
+            .replication_info(&mut |name, value| match name {
+                FORWARDED => field(name, &forwarded),
+                _ => field(name, value),
+            });
         field("raft_groups", &self.count());
         let led = self
             .logs
@@ -179,7 +199,7 @@ impl Log for GroupedLog {
         let each = self
             .logs
             .iter()
-            .map(|log| log.membership())
+            .map(|log| Some((log.membership()?, log.clone())))
             .collect::<Option<Vec<_>>>()?;
         Some(Box::new(EveryGroup(Arc::new(each))))
     }
@@ -225,15 +245,15 @@ impl Log for GroupedLog {
 }
 
 /// FLOCK.CLUSTER ADD, REMOVE and LEADER on a multi-group node: membership changes go to every
-/// group in turn (a member is a member of all of them); LEADER moves every group this node
-/// leads.
-struct EveryGroup(Arc<Vec<Box<dyn Membership>>>);
+/// group in turn, each made by its leader (a member is a member of all of them); LEADER moves
+/// every group this node leads.
+struct EveryGroup(Arc<Vec<(Box<dyn Membership>, Arc<dyn Log>)>>);
 
 impl Membership for EveryGroup {
     fn add(&self, id: u64, addr: String) -> BoxFuture<'static, Result<(), String>> {
         let groups = self.0.clone();
         Box::pin(async move {
-            for (group, membership) in groups.iter().enumerate() {
+            for (group, (membership, _)) in groups.iter().enumerate() {
                 membership
                     .add(id, addr.clone())
                     .await
@@ -246,7 +266,7 @@ impl Membership for EveryGroup {
     fn remove(&self, id: u64) -> BoxFuture<'static, Result<(), String>> {
         let groups = self.0.clone();
         Box::pin(async move {
-            for (group, membership) in groups.iter().enumerate() {
+            for (group, (membership, _)) in groups.iter().enumerate() {
                 membership
                     .remove(id)
                     .await
@@ -259,13 +279,21 @@ impl Membership for EveryGroup {
     fn transfer_leader(&self, id: u64) -> BoxFuture<'static, Result<(), String>> {
         let groups = self.0.clone();
         Box::pin(async move {
-            for (group, membership) in groups.iter().enumerate() {
+            let mut moved = 0;
+            for (group, (membership, log)) in groups.iter().enumerate() {
+                if !log.view().role.leads() {
+                    continue;
+                }
                 membership
                     .transfer_leader(id)
                     .await
                     .map_err(|e| format!("group {}: {e}", group + 1))?;
+                moved += 1;
             }
-            Ok(())
+            match moved {
+                0 => Err("this node leads no group".to_owned()),
+                _ => Ok(()),
+            }
         })
     }
 }

@@ -111,7 +111,7 @@ def run_node(cluster, library, ports):
     result = json.loads(out.strip().splitlines()[-1])
     print(f"{library}: {result['version']}, {3 * len(NAMES)} commands, {forwarded} forwarded; "
           f"first acquire {result['firstOkMs']} ms after the kill; "
-          f"{len(result['errors'])} errors reached the application before it: {result['errors'][:3]}")
+          f"{len(result['errors'])} errors reached the application: {result['errors'][:3]}")
     assert result["firstOkMs"] is not None, result
     assert result["tokensAfter"] >= 2, result
     new = cluster.leader()

@@ -252,8 +252,9 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, size, mode, root, binary, net, wait_leader_ms=None):
+    def __init__(self, size, mode, root, binary, net, wait_leader_ms=None, groups=1):
         self.mode, self.net = mode, net
+        self.groups = groups
         if mode == "netns":
             self.nodes = [Node(i, net.address(i), 6379, 16379, net.nodes[i], root, binary)
                           for i in range(size)]
@@ -263,6 +264,8 @@ class Cluster:
                           for i in range(size)]
         for n in self.nodes:
             n.wait_leader_ms = wait_leader_ms
+            if groups > 1:
+                n.extra_args += ["--cluster-groups", str(groups)]
         self.next_id = size + 1
         self.joining = set()  # slots started under a new id, not yet added
 
@@ -312,8 +315,13 @@ class Cluster:
             # a missing field must not pass as equal
             if all(infos) and all(i.get("raft_state_digest") is not None for i in infos):
                 leaders = [i for i in infos if i.get("raft_state") == "leader"]
+                # With several groups, each group's line (leader, term, commit and applied
+                # index, lag) must match too.
                 keys = {(i.get("raft_leader_id"), i.get("raft_applied_index"),
-                         i.get("raft_state_digest")) for i in infos}
+                         i.get("raft_state_digest"),
+                         tuple(str(i.get(f"raft_group_{g}")) for g in range(1, self.groups + 1)
+                               if self.groups > 1))
+                        for i in infos}
                 if len(leaders) == 1 and len(keys) == 1:
                     return now() - start
             last = [None if i is None else (i.get("raft_node_id"), i.get("raft_state"),
@@ -984,6 +992,28 @@ class Controller:
         c.joining.discard(slot)
 
 
+def group_of(name, groups):
+    """The group serving `name`: its Redis Cluster slot, in even contiguous ranges."""
+    from redis.crc import key_slot
+    return (key_slot(name.encode()) * groups + groups - 1) // 16384
+
+
+def names_over_groups(count, groups):
+    """`count` lock names, as evenly over the groups as `count` allows."""
+    if groups <= 1:
+        return [f"fault:{i}" for i in range(count)]
+    share = -(-count // groups)
+    per_group = {g: [] for g in range(groups)}
+    i = 0
+    while sum(len(v) for v in per_group.values()) < count:
+        name = f"fault:{i}"
+        g = group_of(name, groups)
+        if len(per_group[g]) < share:
+            per_group[g].append(name)
+        i += 1
+    return sorted(n for v in per_group.values() for n in v)[:count]
+
+
 def final_state(cluster, names):
     """Every name's counter, holding and fence token, read through one node (linearizable)."""
     c = cluster
@@ -1113,6 +1143,9 @@ def main():
                     help="the rounds in a random order instead of kind by kind")
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--names", type=int, default=8)
+    ap.add_argument("--groups", type=int, default=1,
+                    help="cluster-groups: Raft groups the slots are spread over; the names "
+                         "are picked so that every group has its share")
     ap.add_argument("--seed", type=int, default=int(os.environ.get("FLOCKD_FAULT_SEED", "0"))
                     or random.randrange(1, 1 << 30))
     ap.add_argument("--max-seconds", type=float, default=600.0,
@@ -1173,7 +1206,7 @@ def main():
     def log(text):
         print(f"[{now() - started:7.1f}s] {text}", flush=True)
 
-    log(f"{args.nodes} nodes, mode {mode}, seed {args.seed}, {args.clients} clients, "
+    log(f"{args.nodes} nodes, {args.groups} group(s), mode {mode}, seed {args.seed}, {args.clients} clients, "
         f"cluster-wait-leader-ms {args.wait_leader_ms} (+ {args.late_slack_ms} ms slack), "
         f"client timeout {args.client_timeout:g} s, "
         f"{args.rounds} round(s) of: {', '.join(kinds)}"
@@ -1202,10 +1235,10 @@ def main():
             net.up()
             net.enter_client_namespace()
         cluster = Cluster(args.nodes, mode, root, binary, net,
-                          wait_leader_ms=args.wait_leader_ms)
+                          wait_leader_ms=args.wait_leader_ms, groups=args.groups)
         cluster.start_all()
         cluster.leader(timeout=30.0)
-        names = [f"fault:{i}" for i in range(args.names)]
+        names = names_over_groups(args.names, args.groups)
         clients = Clients(cluster, args.clients, names, args.seed, timeout=args.client_timeout)
         clients.start()
         time.sleep(1.0)

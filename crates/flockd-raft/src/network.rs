@@ -81,6 +81,16 @@ pub enum Request {
         group: u16,
         request: Box<Request>,
     },
+    /// FLOCK.CLUSTER ADD or REMOVE sent by a member that does not lead the group to the one
+    /// that does (a multi-group node leads some groups and not others).
+    Membership(MembershipChange),
+}
+
+/// A change of the members, as FLOCK.CLUSTER asks it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MembershipChange {
+    Add { id: NodeId, addr: String },
+    Remove { id: NodeId },
 }
 
 impl Request {
@@ -119,6 +129,8 @@ pub enum Response {
     ReadPoint(ReadPoint),
     Failed(String),
     Probe(ProbeAnswer),
+    /// A membership change made by the leader it was sent to: `None`, or why not.
+    Membership(Option<String>),
 }
 
 /// A member's answer to a probe: the membership it knows.

@@ -44,7 +44,9 @@ use crate::counters::{RaftCounters, RaftStats};
 use crate::error::StartError;
 use crate::identity::{Identities, Identity};
 use crate::log_store::{LogStore, node as basic_node};
-use crate::network::{Forwarded, NetworkFactory, Peers, ReadPoint, Request, Response};
+use crate::network::{
+    Forwarded, MembershipChange, NetworkFactory, Peers, ReadPoint, Request, Response,
+};
 use crate::peer_server::{PeerGroups, PeerHandler, serve_groups};
 use crate::peers::{Peer, parse_addr};
 use crate::pending::PendingTable;
@@ -159,6 +161,8 @@ struct Node {
     /// Which of the node's groups this is (0: the first, and the only one of a one-group node).
     /// Users see groups numbered from 1 (logs, metrics, INFO, dirs).
     group: u16,
+    /// How many groups the node has.
+    groups: u16,
     settings: ClusterSettings,
     raft: Raft,
     peers: Arc<Peers>,
@@ -257,7 +261,7 @@ impl PeerGroups for Groups {
 /// the member with the smallest id forms it with the peers.
 async fn start_group(
     settings: &ClusterSettings,
-    group: u16,
+    (group, groups): (u16, u16),
     host: Arc<dyn Apply>,
     seed: Option<flockd_core::StateMachine>,
     together: &Together,
@@ -362,6 +366,7 @@ async fn start_group(
     let node = Arc::new(Node {
         me,
         group,
+        groups,
         settings: settings.clone(),
         raft: raft.clone(),
         peers: together.peers.clone(),
@@ -521,7 +526,8 @@ impl Cluster {
         let mut seed = seed;
         let mut nodes = Vec::with_capacity(hosts.len());
         for (group, host) in (0..count).zip(hosts) {
-            nodes.push(start_group(&settings, group, host, seed.take(), &shared).await?);
+            let numbered = (group, count);
+            nodes.push(start_group(&settings, numbered, host, seed.take(), &shared).await?);
         }
         let addr = SocketAddr::new(settings.bind, settings.cport);
         let listener = transport

@@ -78,6 +78,10 @@ impl PeerHandler for Node {
                         .unwrap_or_else(|_| ReadPoint::Failed(UNCONFIRMED_READ.to_owned())),
                 ),
                 Request::Probe => Response::Probe(self.probe_answer()),
+                // Made here only as the leader (no second hop): the sender retries elsewhere.
+                Request::Membership(change) => {
+                    Response::Membership(self.change_members_here(change).await.err())
+                }
                 Request::SnapshotBegin { .. }
                 | Request::SnapshotChunk { .. }
                 | Request::SnapshotEnd { .. }
