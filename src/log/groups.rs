@@ -247,7 +247,10 @@ impl Log for GroupedLog {
 /// FLOCK.CLUSTER ADD, REMOVE and LEADER on a multi-group node: membership changes go to every
 /// group in turn, each made by its leader (a member is a member of all of them); LEADER moves
 /// every group this node leads.
-struct EveryGroup(Arc<Vec<(Box<dyn Membership>, Arc<dyn Log>)>>);
+struct EveryGroup(Arc<Vec<GroupMembership>>);
+
+/// A group's membership changes, and its log (whether this node leads it).
+type GroupMembership = (Box<dyn Membership>, Arc<dyn Log>);
 
 impl Membership for EveryGroup {
     fn add(&self, id: u64, addr: String) -> BoxFuture<'static, Result<(), String>> {
