@@ -11,3 +11,4 @@ mod cluster;
 mod groups;
 mod sentinel;
 mod slots;
+mod upgrade;
