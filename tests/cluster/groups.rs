@@ -3,6 +3,7 @@
 //! throughout) sending each name's commands straight to its group's leader, `-CROSSSLOT` for
 //! names of two slots, SCAN over every group from one node, and a kill -9 of a node: each group
 //! it led fails over (the times are printed), the others keep going, the client carries on,
+//! flockd's own client follows `-MOVED` under `cluster-redirect yes`,
 //! and the node comes back on its data with every group. A node started with another number of
 //! groups on that data is refused.
 
@@ -199,6 +200,31 @@ async fn four_groups() {
         forwarded_during <= 2,
         "{forwarded_during} commands were forwarded, not sent to their group's leader"
     );
+
+    // flockd's own client, given every node, follows -MOVED to each group's leader when the
+    // nodes redirect (cluster-redirect yes), renews through it, and releases.
+    for i in 0..3 {
+        cluster.call(i, &["CONFIG", "SET", "cluster-redirect", "yes"]);
+    }
+    let urls: Vec<String> = (0..3)
+        .map(|i| format!("redis://{}/", cluster.addr(i)))
+        .collect();
+    let own = flockd_client::Client::open_nodes(&urls)
+        .await
+        .expect("flockd client");
+    for name in names_per_group(2) {
+        let guard = own
+            .lock(&format!("own:{name}"))
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("flockd client, {name}: {e}"))
+            .expect("granted");
+        assert!(guard.release().await.expect("released"));
+    }
+    for i in 0..3 {
+        cluster.call(i, &["CONFIG", "SET", "cluster-redirect", "no"]);
+    }
 
     // SCAN on one node walks every group's names.
     let mut one = redis::Client::open(format!("redis://{}/", cluster.addr(2)))

@@ -255,6 +255,9 @@ impl LockBuilder<'_> {
             };
             match result {
                 Ok((index, conn, reply)) => break (index, conn, sent, reply),
+                // The name's group is led elsewhere (cluster-redirect yes): go there, once per
+                // node at most.
+                Err((_, e)) if attempts <= 2 * nodes.len() && nodes.moved(&e).await => {}
                 Err((index, e)) if worth_another_node(&e) => {
                     nodes.failed(index).await;
                     let more = if blocking {

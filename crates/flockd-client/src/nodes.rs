@@ -107,6 +107,28 @@ impl Nodes {
         }
     }
 
+    /// Follows a `-MOVED slot host:port` (a node of a multi-group cluster run with
+    /// `cluster-redirect yes`, naming the leader of the name's group): the next request goes to
+    /// that node, if it is one of the nodes given. False for any other error, or a node not
+    /// given (the error is then the answer).
+    pub async fn moved(&self, e: &RedisError) -> bool {
+        let Some((addr, _slot)) = e.redirect_node() else {
+            return false;
+        };
+        if e.code() != Some("MOVED") {
+            return false;
+        }
+        let Some(index) = self.clients.iter().position(|c| same_node(c, addr)) else {
+            return false;
+        };
+        let mut current = self.current.lock().await;
+        if current.index != index {
+            current.index = index;
+            current.conn = None;
+        }
+        true
+    }
+
     /// A connection of its own to node `index`, with a reply timeout of `reply_timeout`.
     pub async fn open(
         &self,
@@ -146,6 +168,11 @@ impl Nodes {
             };
             match attempt.await {
                 Ok(reply) => return Ok(reply),
+                Err((_, e)) if self.moved(&e).await => {
+                    if Instant::now() >= until {
+                        return Err(e);
+                    }
+                }
                 Err((index, e)) if worth_another_node(&e) => {
                     self.failed(index).await;
                     if Instant::now() + RETRY_PAUSE >= until {
@@ -157,6 +184,18 @@ impl Nodes {
             }
         }
     }
+}
+
+/// Whether `client` connects to `addr` (`host:port`, as `-MOVED` names a node).
+fn same_node(client: &redis::Client, addr: &str) -> bool {
+    use redis::ConnectionAddr;
+    let (host, port) = match client.get_connection_info().addr() {
+        ConnectionAddr::Tcp(host, port) => (host, *port),
+        ConnectionAddr::TcpTls { host, port, .. } => (host, *port),
+        _ => return false,
+    };
+    addr.rsplit_once(':')
+        .is_some_and(|(h, p)| h == host && p.parse::<u16>().ok() == Some(port))
 }
 
 /// The pause between attempts on a blocking request's own connections.
