@@ -214,7 +214,7 @@ async fn four_groups() {
         .expect("flockd client");
     for name in names_per_group(2) {
         let guard = own
-            .lock(&format!("own:{name}"))
+            .lock(format!("own:{name}"))
             .lease(Duration::from_secs(30))
             .acquire()
             .await
