@@ -260,6 +260,18 @@ fn a_cluster_node_has_the_raft_series() {
     let on_follower = scrape(&cluster, follower);
     assert_eq!(sample(&on_follower, "flockd_raft_is_leader"), 0.0);
     assert!(sample(&on_follower, "flockd_raft_term") >= 1.0);
+    // One group, labelled group="1": led by the leader, not this node.
+    assert!(
+        on_follower.contains("flockd_raft_group_is_leader{group=\"1\"} 0\n"),
+        "{on_follower}"
+    );
+    assert!(
+        on_follower.contains(&format!(
+            "flockd_raft_group_leader{{group=\"1\"}} {}\n",
+            leader + 1
+        )),
+        "{on_follower}"
+    );
     wait_until(
         Duration::from_secs(10),
         "the follower counts its leader",
