@@ -71,7 +71,7 @@ impl LocalCommand for FlockScan {
         };
         let count = self.count;
         let (next, mut names) =
-            super::scan::walk_groups(ctx.server.groups(), self.cursor, |m, at| {
+            crate::log::groups::walk_groups(ctx.server.groups(), self.cursor, |m, at| {
                 m.scan(at, count, filter)
             });
         if let Some(pattern) = &self.pattern {

@@ -6,7 +6,7 @@
 //! As in Redis, key permissions do not filter the keys listed.
 
 use bytes::Bytes;
-use flockd_core::{KeyType, StateMachine};
+use flockd_core::KeyType;
 use flockd_proto::{Reply, parse_int};
 
 use super::args::Args;
@@ -15,7 +15,6 @@ use super::error::CommandError;
 use super::flock_scan::MAX_COUNT;
 use super::kinds::{CommandDef, LocalCommand};
 use super::meta::{CommandFlags, Meta};
-use crate::log::Group;
 
 /// Which keys SCAN's TYPE option keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,46 +85,21 @@ fn parse_count(raw: &[u8]) -> Result<usize, CommandError> {
     Ok(count.unsigned_abs().min(MAX_COUNT) as usize)
 }
 
-/// Where a multi-group node's cursor says which group it walks: the bits above a place's
-/// (and below the fence keys' mark, [`flockd_core::keyspace::FENCE_SPACE`]).
-const GROUP_SHIFT: u32 = flockd_core::PLACE_BITS;
-const GROUP_MASK: u64 = 0x3f << GROUP_SHIFT;
-
-/// A SCAN-like walk over every group's state, one group after another: `walk` walks one
-/// machine from a cursor of its own. With one group the cursor is the machine's.
-pub(super) fn walk_groups(
-    groups: &[Group],
-    cursor: u64,
-    walk: impl FnOnce(&StateMachine, u64) -> (u64, Vec<Bytes>),
-) -> (u64, Vec<Bytes>) {
-    if groups.len() == 1 {
-        return walk(&groups[0].applied.read(), cursor);
-    }
-    let group = ((cursor & GROUP_MASK) >> GROUP_SHIFT) as usize;
-    // A cursor no walk handed out ends the walk, as Redis's own would.
-    let Some(state) = groups.get(group) else {
-        return (0, Vec::new());
-    };
-    let (next, keys) = walk(&state.applied.read(), cursor & !GROUP_MASK);
-    let next = match next {
-        0 if group + 1 < groups.len() => ((group + 1) as u64) << GROUP_SHIFT,
-        0 => 0,
-        inner => inner | ((group as u64) << GROUP_SHIFT),
-    };
-    (next, keys)
-}
-
 impl LocalCommand for Scan {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
         let (cursor, count) = (self.cursor, self.count);
         let (next, mut keys) = match self.only {
             TypeFilter::NoKey => (0, Vec::new()),
-            TypeFilter::Any => walk_groups(ctx.server.groups(), cursor, |machine, at| {
-                machine.scan_keys(at, count, None)
-            }),
-            TypeFilter::Only(kind) => walk_groups(ctx.server.groups(), cursor, |machine, at| {
-                machine.scan_keys(at, count, Some(kind))
-            }),
+            TypeFilter::Any => {
+                crate::log::groups::walk_groups(ctx.server.groups(), cursor, |machine, at| {
+                    machine.scan_keys(at, count, None)
+                })
+            }
+            TypeFilter::Only(kind) => {
+                crate::log::groups::walk_groups(ctx.server.groups(), cursor, |machine, at| {
+                    machine.scan_keys(at, count, Some(kind))
+                })
+            }
         };
         if let Some(pattern) = &self.pattern {
             keys.retain(|key| flockd_acl::glob_match(pattern, key));

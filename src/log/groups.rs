@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flockd_core::{Millis, Op};
+use bytes::Bytes;
+use flockd_core::{Millis, Op, StateMachine};
 use flockd_metrics::MetricsSnapshot;
 use tokio::sync::watch;
 
@@ -71,6 +72,35 @@ fn group_field(number: u16) -> &'static str {
         .get(usize::from(number).saturating_sub(1))
         .copied()
         .unwrap_or("raft_group")
+}
+
+/// Where a multi-group node's cursor says which group it walks: the bits above a place's
+/// (and below the fence keys' mark, [`flockd_core::keyspace::FENCE_SPACE`]).
+const GROUP_SHIFT: u32 = flockd_core::PLACE_BITS;
+const GROUP_MASK: u64 = 0x3f << GROUP_SHIFT;
+
+/// A SCAN-like walk (SCAN, FLOCK.SCAN, the console's search) over every group's state, one group after another: `walk` walks one
+/// machine from a cursor of its own. With one group the cursor is the machine's.
+pub fn walk_groups(
+    groups: &[Group],
+    cursor: u64,
+    walk: impl FnOnce(&StateMachine, u64) -> (u64, Vec<Bytes>),
+) -> (u64, Vec<Bytes>) {
+    if groups.len() == 1 {
+        return walk(&groups[0].applied.read(), cursor);
+    }
+    let group = ((cursor & GROUP_MASK) >> GROUP_SHIFT) as usize;
+    // A cursor no walk handed out ends the walk, as Redis's own would.
+    let Some(state) = groups.get(group) else {
+        return (0, Vec::new());
+    };
+    let (next, keys) = walk(&state.applied.read(), cursor & !GROUP_MASK);
+    let next = match next {
+        0 if group + 1 < groups.len() => ((group + 1) as u64) << GROUP_SHIFT,
+        0 => 0,
+        inner => inner | ((group as u64) << GROUP_SHIFT),
+    };
+    (next, keys)
 }
 
 /// A proposal answered at once with `error`.

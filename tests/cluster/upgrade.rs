@@ -3,7 +3,8 @@
 //! on today's binary unchanged: the same leader election, every token and fence where it was,
 //! the next token above them, and no file of the multi-group layout written into its dirs. The
 //! same data started with `cluster-groups 4` is refused, saying why. The fixture's nodes listen
-//! on the loopback ports its membership names (47111-47113, cluster ports 57111-57113).
+//! on the loopback ports its membership names: 23111-23113, cluster ports 24111-24113, below
+//! the kernel's ephemeral range, so no free port handed to another test collides with them.
 
 use std::path::Path;
 use std::process::Command;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{Raw, Server, TempDir};
 
-const PEERS: &str = "1=127.0.0.1:47111@57111,2=127.0.0.1:47112@57112,3=127.0.0.1:47113@57113";
+const PEERS: &str = "1=127.0.0.1:23111@24111,2=127.0.0.1:23112@24112,3=127.0.0.1:23113@24113";
 
 fn start(root: &Path, i: usize, extra: &[&str]) -> Result<Server, String> {
     let dir = root.join(format!("node{i}"));
@@ -19,7 +20,7 @@ fn start(root: &Path, i: usize, extra: &[&str]) -> Result<Server, String> {
         "--bind",
         "127.0.0.1",
         "--port",
-        &format!("4711{i}"),
+        &format!("2311{i}"),
         "--dir",
         &dir.display().to_string(),
         "--node-id",

@@ -181,13 +181,15 @@ pub fn locks(
     limit: usize,
 ) -> Value {
     let now = shared.log.now();
-    let machine = shared.applied.read();
     let mut found: Vec<Value> = Vec::new();
     let mut cursor = from.scan;
     let mut skip = from.skip;
     let mut looked = 0;
     let next = loop {
-        let (next, names) = machine.scan(cursor, SEARCH_STEP, ScanFilter::HeldAt(now));
+        // Every group's names, one group after another (one, but on a multi-group node).
+        let (next, names) = crate::log::groups::walk_groups(&shared.groups, cursor, |m, at| {
+            m.scan(at, SEARCH_STEP, ScanFilter::HeldAt(now))
+        });
         looked += SEARCH_STEP;
         let mut matched = 0;
         let mut full = false;
@@ -203,6 +205,7 @@ pub fn locks(
                 full = true;
                 break;
             }
+            let machine = shared.group_of(&name).applied.read();
             found.push(describe(&machine, name, now));
         }
         if full {
@@ -223,7 +226,6 @@ pub fn locks(
             };
         }
     };
-    drop(machine);
     json!({
         "cursor": next.text(),
         "looked_at": looked,
