@@ -17,7 +17,7 @@ use crate::common::cluster::Cluster;
 const GROUPS: usize = 4;
 
 fn groups_args() -> Vec<Vec<String>> {
-    vec![vec!["--cluster-groups".to_string(), GROUPS.to_string()]; 3]
+    vec![vec!["--cluster-groups".to_string(), GROUPS.to_string()]; 4]
 }
 
 /// What node `i` says of the shards: each range's first slot and the index of its master
@@ -42,7 +42,7 @@ fn masters(cluster: &Cluster, i: usize) -> Option<BTreeMap<u16, usize>> {
         let Value::Int(port) = master[1] else {
             return None;
         };
-        let node = (0..3).find(|n| i64::from(cluster.addr(*n).port()) == port)?;
+        let node = (0..cluster.nodes.len()).find(|n| i64::from(cluster.addr(*n).port()) == port)?;
         out.insert(*start as u16, node);
     }
     Some(out)
@@ -53,7 +53,7 @@ fn masters(cluster: &Cluster, i: usize) -> Option<BTreeMap<u16, usize>> {
 fn settled(cluster: &Cluster, not: Option<usize>, timeout: Duration) -> BTreeMap<u16, usize> {
     let deadline = Instant::now() + timeout;
     loop {
-        let seen: Vec<Option<BTreeMap<u16, usize>>> = (0..3)
+        let seen: Vec<Option<BTreeMap<u16, usize>>> = (0..cluster.nodes.len())
             .filter(|i| cluster.nodes[*i].is_some())
             .map(|i| masters(cluster, i))
             .collect();
@@ -64,8 +64,8 @@ fn settled(cluster: &Cluster, not: Option<usize>, timeout: Duration) -> BTreeMap
                 .values()
                 .all(|m| Some(*m) != not && cluster.nodes[*m].is_some())
         {
-            let running = (0..3).filter(|i| cluster.nodes[*i].is_some()).count();
-            let most = (0..3)
+            let running = cluster.nodes.iter().filter(|n| n.is_some()).count();
+            let most = (0..cluster.nodes.len())
                 .map(|n| first.values().filter(|m| **m == n).count())
                 .max()
                 .unwrap_or(0);
@@ -335,4 +335,45 @@ async fn four_groups() {
         Ok(()) => panic!("a node of 4 groups started with 2"),
     };
     assert!(why.contains("cluster-groups 4"), "{why}");
+}
+
+/// FLOCK.CLUSTER ADD sent to any node adds the new node to every group (each change made by
+/// that group's leader), and the leaders spread onto it: four groups on four nodes, one each.
+#[test]
+fn a_node_added_joins_every_group_and_takes_its_share_of_leaders() {
+    let mut cluster = Cluster::start_with(3, 4, groups_args());
+    settled(&cluster, None, Duration::from_secs(30));
+    cluster.start_node(3);
+    // Sent to a node that leads one group at most: the others' changes go to their leaders.
+    let asked = (0..3)
+        .min_by_key(|i| {
+            cluster
+                .replication(*i)
+                .get("raft_groups_led")
+                .and_then(|v| v.parse::<u32>().ok())
+                .unwrap_or(0)
+        })
+        .unwrap();
+    let added = cluster.call(asked, &["FLOCK.CLUSTER", "ADD", "4", &cluster.address(3)]);
+    assert_eq!(added, "+OK\r\n", "{}", cluster.logs());
+    let masters = settled(&cluster, None, Duration::from_secs(30));
+    println!("after the add: {masters:?}");
+    assert!(
+        masters.values().any(|m| *m == 3),
+        "node 4 leads no group: {masters:?}"
+    );
+    // Every group commits through the new node and replicates to it.
+    for name in names_per_group(1) {
+        let token = cluster.call(3, &["FLOCK.ACQUIRE", &name, "30000"]);
+        assert!(token.starts_with(':'), "{name}: {token}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let sizes: Vec<String> = (0..4).map(|i| cluster.call(i, &["DBSIZE"])).collect();
+        if sizes.iter().all(|s| *s == sizes[0]) && sizes[0] == format!(":{GROUPS}\r\n") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "DBSIZE {sizes:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
