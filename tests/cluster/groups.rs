@@ -99,19 +99,6 @@ fn names_per_group(per_group: usize) -> Vec<String> {
     found.concat()
 }
 
-fn forwarded(cluster: &Cluster) -> u64 {
-    (0..3)
-        .filter(|i| cluster.nodes[*i].is_some())
-        .map(|i| {
-            cluster
-                .replication(i)
-                .get("raft_forwarded_commands")
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        })
-        .sum()
-}
-
 async fn cycle(conn: &mut redis::cluster_async::ClusterConnection, name: &str) -> u64 {
     let token: u64 = redis::cmd("FLOCK.ACQUIRE")
         .arg(name)
@@ -186,12 +173,12 @@ async fn four_groups() {
         .await
         .expect("cluster connection");
     let names = names_per_group(6);
-    let before = forwarded(&cluster);
+    let before = cluster.forwarded();
     let mut tokens = BTreeMap::new();
     for name in &names {
         tokens.insert(name.clone(), cycle(&mut conn, name).await);
     }
-    let forwarded_during = forwarded(&cluster) - before;
+    let forwarded_during = cluster.forwarded() - before;
     println!(
         "{} commands from the cluster client, {forwarded_during} forwarded",
         3 * names.len()

@@ -314,20 +314,6 @@ async fn acquire(conn: &mut ClusterConnection, name: &str) -> redis::RedisResult
         .await
 }
 
-/// Commands the followers forwarded to the leader, summed.
-fn forwarded(cluster: &Cluster) -> u64 {
-    (0..3)
-        .filter(|i| cluster.nodes[*i].is_some())
-        .map(|i| {
-            cluster
-                .replication(i)
-                .get("raft_forwarded_commands")
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        })
-        .sum()
-}
-
 async fn cluster_client_across_a_kill() {
     let mut cluster = Cluster::start(3);
     let leader = cluster.wait_for_leader(Duration::from_secs(10));
@@ -341,7 +327,7 @@ async fn cluster_client_across_a_kill() {
         .await
         .expect("cluster connection");
 
-    let before = forwarded(&cluster);
+    let before = cluster.forwarded();
     let names = spread_names(16, 8);
     for name in &names {
         let token = acquire(&mut conn, name)
@@ -364,7 +350,7 @@ async fn cluster_client_across_a_kill() {
         assert_eq!(released, 1);
     }
     let sent = 3 * names.len() as u64;
-    let forwarded_during = forwarded(&cluster) - before;
+    let forwarded_during = cluster.forwarded() - before;
     println!("{sent} commands from the cluster client, {forwarded_during} forwarded by a follower");
     // Every command went straight to the leader. The only forwards a follower may make
     // meanwhile are its own start-up entry (it drops its previous run's waits), once each.

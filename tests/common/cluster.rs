@@ -215,6 +215,20 @@ impl Cluster {
             .collect()
     }
 
+    /// Commands the running nodes forwarded to a leader (INFO replication's
+    /// `raft_forwarded_commands`), summed: near zero when clients route by slot.
+    pub fn forwarded(&self) -> u64 {
+        (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].is_some())
+            .map(|i| {
+                self.replication(i)
+                    .get("raft_forwarded_commands")
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
     /// Waits until the running nodes agree on one leader; returns its index.
     pub fn wait_for_leader(&self, timeout: Duration) -> usize {
         let deadline = Instant::now() + timeout;
