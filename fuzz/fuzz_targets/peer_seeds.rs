@@ -11,7 +11,7 @@ use flockd_aof::record::{FRAME_HEADER_LEN, checksum, length_is_sane};
 use flockd_core::{Millis, Op};
 use flockd_raft::dedup::Dedup;
 use flockd_raft::identity::Identity;
-use flockd_raft::network::{Forwarded, ReadPoint, Request, Response, frame};
+use flockd_raft::network::{Forwarded, MembershipChange, ReadPoint, Request, Response, frame};
 use flockd_raft::types::{
     LeaderId, LogId, Membership, Origin, RaftProposal, RaftEntry, SnapshotMeta, StoredMembership, Vote,
 };
@@ -122,6 +122,17 @@ fn messages() -> Vec<Vec<u8>> {
         Request::TransferLeader(TransferLeaderRequest::new(vote, 3, Some(log_id(3, 43)))),
         Request::Forward(proposal()),
         Request::ReadIndex,
+        // A multi-group node's: another group's request on the shared connection, and a
+        // membership change sent to a group's leader.
+        Request::Group {
+            group: 2,
+            request: Box::new(Request::ReadIndex),
+        },
+        Request::Membership(MembershipChange::Add {
+            id: 4,
+            addr: "127.0.0.1:6393@16393".to_owned(),
+        }),
+        Request::Membership(MembershipChange::Remove { id: 3 }),
     ];
     let responses = vec![
         Response::Hello(Identity { node: 1, dir: 0xaa }),
@@ -143,6 +154,8 @@ fn messages() -> Vec<Vec<u8>> {
         }),
         Response::ReadPoint(ReadPoint::NotLeader { leader: None }),
         Response::Failed("undecodable: a bad varint".to_owned()),
+        Response::Membership(None),
+        Response::Membership(Some("no leader is known".to_owned())),
     ];
     let mut framed = Vec::new();
     for (id, request) in requests.iter().enumerate() {

@@ -104,6 +104,34 @@ pub async fn serve_groups(stream: PeerStream, groups: Arc<dyn PeerGroups>) -> io
                 continue;
             }
         };
+        // The hello and a refusal are the connection's, never a group's: they come bare, and
+        // nothing else is served before a hello is accepted.
+        if !greeted || matches!(request, Request::Hello(_) | Request::Refuse(_)) {
+            let Some((handler, _)) = groups.group(0) else {
+                break Ok(());
+            };
+            match request {
+                Request::Hello(peer) => match handler.greet(peer) {
+                    Ok(me) => {
+                        greeted = true;
+                        send(&replies, id, &Response::Hello(me)).await;
+                    }
+                    Err(why) => {
+                        send(&replies, id, &Response::Refused(why)).await;
+                        break Ok(());
+                    }
+                },
+                Request::Refuse(why) => {
+                    handler.refused(why);
+                    break Ok(());
+                }
+                _ => {
+                    let why = "the cluster port takes a hello first (a flockd of another version?)";
+                    send(&replies, id, &Response::Failed(why.to_owned())).await;
+                }
+            }
+            continue;
+        }
         let (group, request) = request.group();
         let Some((handler, store)) = groups.group(group) else {
             let why = format!(
@@ -114,24 +142,6 @@ pub async fn serve_groups(stream: PeerStream, groups: Arc<dyn PeerGroups>) -> io
             continue;
         };
         match request {
-            Request::Hello(peer) => match handler.greet(peer) {
-                Ok(me) => {
-                    greeted = true;
-                    send(&replies, id, &Response::Hello(me)).await;
-                }
-                Err(why) => {
-                    send(&replies, id, &Response::Refused(why)).await;
-                    break Ok(());
-                }
-            },
-            Request::Refuse(why) => {
-                handler.refused(why);
-                break Ok(());
-            }
-            _ if !greeted => {
-                let why = "the cluster port takes a hello first (a flockd of another version?)";
-                send(&replies, id, &Response::Failed(why.to_owned())).await;
-            }
             Request::SnapshotBegin { transfer } => {
                 // A transfer begun anew means the sender gave up on the last one.
                 if let Some(abandoned) = receiving.remove(&group) {
