@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""What several Raft groups cost (docs/benchmarks.md, "Several groups"): 3-node clusters of one
+flockd build on loopback ports with `--cluster-groups` 1 and 4 (or --groups), in rounds that
+alternate which goes first. Each round waits for the leaders to settle and spread, measures the
+three processes' CPU (utime + stime from /proc) for 10 s idle, then for redis-benchmark's
+acquires (64 connections, long leases): with several groups `--cluster`, so each acquire goes
+straight to its group's leader; with one group straight to the leader (redis-benchmark refuses
+a cluster of one master). Prints, per round and as medians: server CPU per acquire (the three
+members together), acquires/s, idle CPU and RSS per member, and the ratio to one group.
+
+    python3 tests/groups_cost.py --flockd target/release/flockd [--rounds 3] [--groups 1,4]
+
+Needs redis-benchmark and redis-cli (Debian's redis-tools). Every process it starts is stopped
+by its pid; its dirs are removed.
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def cpu_s(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def info(port):
+    out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "replication"],
+                         capture_output=True, text=True, timeout=5).stdout
+    return dict(line.split(":", 1) for line in out.replace("\r", "").splitlines() if ":" in line)
+
+
+class Cluster:
+    def __init__(self, binary, groups):
+        self.groups = groups
+        self.root = tempfile.mkdtemp(prefix="flockd-groups-cost-")
+        ports = free_ports(6)
+        self.ports, cports = ports[:3], ports[3:]
+        peers = ",".join(f"{i + 1}=127.0.0.1:{self.ports[i]}@{cports[i]}" for i in range(3))
+        self.procs = []
+        for i in range(3):
+            log = open(os.path.join(self.root, f"node{i + 1}.log"), "w")
+            self.procs.append(subprocess.Popen(
+                [binary, "--bind", "127.0.0.1", "--port", str(self.ports[i]),
+                 "--dir", os.path.join(self.root, f"node{i + 1}"), "--node-id", str(i + 1),
+                 "--cluster-peers", peers, "--cluster-groups", str(groups)],
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                env=dict(os.environ, FLOCKD_LOG_LEVEL="warn")))
+
+    def settle(self, timeout=60.0):
+        """Waits until every group has a leader and none leads more than its share."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                infos = [info(p) for p in self.ports]
+                if self.groups == 1:
+                    led = [int(i.get("raft_state") == "leader") for i in infos]
+                else:
+                    led = [int(i.get("raft_groups_led", 0)) for i in infos]
+                if sum(led) == self.groups and max(led) <= -(-self.groups // 3):
+                    return
+            except (subprocess.SubprocessError, ValueError):
+                pass
+            time.sleep(0.2)
+        raise SystemExit(f"{self.groups} group(s): the leaders did not settle in {timeout:.0f} s")
+
+    def cpu(self):
+        return sum(cpu_s(p.pid) for p in self.procs)
+
+    def load(self, n):
+        if self.groups == 1:
+            leader = next(p for p in self.ports if info(p).get("raft_state") == "leader")
+            args = ["-p", str(leader), "FLOCK.ACQUIRE", "lock:__rand_int__", "6000000"]
+        else:
+            args = ["--cluster", "-p", str(self.ports[0]),
+                    "FLOCK.ACQUIRE", "lock:{tag}:__rand_int__", "6000000"]
+        out = subprocess.run(["redis-benchmark", "-c", "64", "-n", str(n), "-r", "10000000"] + args,
+                             capture_output=True, text=True, timeout=900).stdout
+        found = re.search(r"throughput summary: ([\d.]+)", out)
+        if not found:
+            raise SystemExit(f"redis-benchmark gave no throughput:\n{out[-2000:]}")
+        return float(found.group(1))
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+            p.wait(timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--flockd", default="target/release/flockd")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--groups", default="1,4")
+    ap.add_argument("--requests", type=int, default=100_000)
+    args = ap.parse_args()
+    groups = [int(g) for g in args.groups.split(",")]
+    rows = {g: [] for g in groups}
+    for r in range(args.rounds):
+        for g in (groups if r % 2 == 0 else groups[::-1]):
+            cluster = Cluster(os.path.abspath(args.flockd), g)
+            try:
+                cluster.settle()
+                time.sleep(2)
+                before, started = cluster.cpu(), time.monotonic()
+                time.sleep(10)
+                idle = (cluster.cpu() - before) / (time.monotonic() - started)
+                rss = statistics.mean(rss_kib(p.pid) for p in cluster.procs) / 1024
+                before = cluster.cpu()
+                rps = cluster.load(args.requests)
+                us = (cluster.cpu() - before) / args.requests * 1e6
+            finally:
+                cluster.stop()
+            rows[g].append((us, rps, idle * 100, rss))
+            print(f"round {r + 1}, {g} group(s): {us:.1f} µs CPU per acquire (3 members), "
+                  f"{rps:,.0f} acquires/s, idle {idle * 100:.2f}% of a core (3 members), "
+                  f"RSS {rss:.1f} MiB per member", flush=True)
+    base = statistics.median(x[0] for x in rows[groups[0]])
+    print("| groups | µs CPU per acquire | acquires/s | idle CPU, 3 members | RSS per member | "
+          f"CPU per acquire / {groups[0]} group(s) |")
+    print("|--:|--:|--:|--:|--:|--:|")
+    for g in groups:
+        med = [statistics.median(x[k] for x in rows[g]) for k in range(4)]
+        print(f"| {g} | {med[0]:.1f} | {med[1]:,.0f} | {med[2]:.2f}% | {med[3]:.1f} MiB | "
+              f"{med[0] / base:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
