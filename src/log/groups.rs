@@ -282,31 +282,31 @@ struct EveryGroup(Arc<Vec<GroupMembership>>);
 /// A group's membership changes, and its log (whether this node leads it).
 type GroupMembership = (Box<dyn Membership>, Arc<dyn Log>);
 
-impl Membership for EveryGroup {
-    fn add(&self, id: u64, addr: String) -> BoxFuture<'static, Result<(), String>> {
+impl EveryGroup {
+    /// Makes `change` in every group in turn; the first group that fails stops it, named.
+    fn in_turn(
+        &self,
+        change: impl Fn(&dyn Membership) -> BoxFuture<'static, Result<(), String>> + Send + 'static,
+    ) -> BoxFuture<'static, Result<(), String>> {
         let groups = self.0.clone();
         Box::pin(async move {
             for (group, (membership, _)) in groups.iter().enumerate() {
-                membership
-                    .add(id, addr.clone())
+                change(&**membership)
                     .await
                     .map_err(|e| format!("group {}: {e}", group + 1))?;
             }
             Ok(())
         })
     }
+}
+
+impl Membership for EveryGroup {
+    fn add(&self, id: u64, addr: String) -> BoxFuture<'static, Result<(), String>> {
+        self.in_turn(move |membership| membership.add(id, addr.clone()))
+    }
 
     fn remove(&self, id: u64) -> BoxFuture<'static, Result<(), String>> {
-        let groups = self.0.clone();
-        Box::pin(async move {
-            for (group, (membership, _)) in groups.iter().enumerate() {
-                membership
-                    .remove(id)
-                    .await
-                    .map_err(|e| format!("group {}: {e}", group + 1))?;
-            }
-            Ok(())
-        })
+        self.in_turn(move |membership| membership.remove(id))
     }
 
     fn transfer_leader(&self, id: u64) -> BoxFuture<'static, Result<(), String>> {

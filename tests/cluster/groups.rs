@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::common::cluster::Cluster;
+use crate::slots::cycle;
 
 const GROUPS: usize = 4;
 
@@ -97,31 +98,6 @@ fn names_per_group(per_group: usize) -> Vec<String> {
         }
     }
     found.concat()
-}
-
-async fn cycle(conn: &mut redis::cluster_async::ClusterConnection, name: &str) -> u64 {
-    let token: u64 = redis::cmd("FLOCK.ACQUIRE")
-        .arg(name)
-        .arg(30000)
-        .query_async(conn)
-        .await
-        .unwrap_or_else(|e| panic!("acquire {name}: {e}"));
-    let renewed: i64 = redis::cmd("FLOCK.RENEW")
-        .arg(name)
-        .arg(token)
-        .arg(30000)
-        .query_async(conn)
-        .await
-        .unwrap_or_else(|e| panic!("renew {name}: {e}"));
-    assert_eq!(renewed, 1, "renew {name}");
-    let released: i64 = redis::cmd("FLOCK.RELEASE")
-        .arg(name)
-        .arg(token)
-        .query_async(conn)
-        .await
-        .unwrap_or_else(|e| panic!("release {name}: {e}"));
-    assert_eq!(released, 1, "release {name}");
-    token
 }
 
 #[test]

@@ -314,6 +314,32 @@ async fn acquire(conn: &mut ClusterConnection, name: &str) -> redis::RedisResult
         .await
 }
 
+/// An acquire, its renewal and its release through a cluster client: the token.
+pub(crate) async fn cycle(conn: &mut redis::cluster_async::ClusterConnection, name: &str) -> u64 {
+    let token: u64 = redis::cmd("FLOCK.ACQUIRE")
+        .arg(name)
+        .arg(30000)
+        .query_async(conn)
+        .await
+        .unwrap_or_else(|e| panic!("acquire {name}: {e}"));
+    let renewed: i64 = redis::cmd("FLOCK.RENEW")
+        .arg(name)
+        .arg(token)
+        .arg(30000)
+        .query_async(conn)
+        .await
+        .unwrap_or_else(|e| panic!("renew {name}: {e}"));
+    assert_eq!(renewed, 1, "renew {name}");
+    let released: i64 = redis::cmd("FLOCK.RELEASE")
+        .arg(name)
+        .arg(token)
+        .query_async(conn)
+        .await
+        .unwrap_or_else(|e| panic!("release {name}: {e}"));
+    assert_eq!(released, 1, "release {name}");
+    token
+}
+
 async fn cluster_client_across_a_kill() {
     let mut cluster = Cluster::start(3);
     let leader = cluster.wait_for_leader(Duration::from_secs(10));
@@ -330,24 +356,7 @@ async fn cluster_client_across_a_kill() {
     let before = cluster.forwarded();
     let names = spread_names(16, 8);
     for name in &names {
-        let token = acquire(&mut conn, name)
-            .await
-            .unwrap_or_else(|e| panic!("acquire {name}: {e}"));
-        let renewed: i64 = redis::cmd("FLOCK.RENEW")
-            .arg(name)
-            .arg(token)
-            .arg(30000)
-            .query_async(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("renew {name}: {e}"));
-        assert_eq!(renewed, 1);
-        let released: i64 = redis::cmd("FLOCK.RELEASE")
-            .arg(name)
-            .arg(token)
-            .query_async(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("release {name}: {e}"));
-        assert_eq!(released, 1);
+        cycle(&mut conn, name).await;
     }
     let sent = 3 * names.len() as u64;
     let forwarded_during = cluster.forwarded() - before;

@@ -69,6 +69,16 @@ async fn boot(network: &Network, id: u64, dir: &Path, groups: usize) -> Result<N
     Ok(Node { hosts, groups })
 }
 
+/// Every node on its dir (started afresh, or again on what it left).
+async fn boot_all(network: &Network, root: &TempDir) -> Vec<Option<Node>> {
+    let mut nodes = Vec::new();
+    for id in 1..=NODES {
+        let node = boot(network, id, &dir_of(root, id), GROUPS).await;
+        nodes.push(Some(node.unwrap_or_else(|e| panic!("node {id}: {e}"))));
+    }
+    nodes
+}
+
 fn dir_of(root: &TempDir, id: u64) -> PathBuf {
     root.path().join(format!("node-{id}"))
 }
@@ -144,14 +154,7 @@ async fn wait_known(nodes: &[Option<Node>], group: usize, name: &str) {
 async fn groups_elect_commit_fail_over_and_restart_apart() {
     let root = TempDir::new("groups");
     let network = Network::new();
-    let mut nodes = Vec::new();
-    for id in 1..=NODES {
-        nodes.push(Some(
-            boot(&network, id, &dir_of(&root, id), GROUPS)
-                .await
-                .expect("starts"),
-        ));
-    }
+    let mut nodes = boot_all(&network, &root).await;
     // Every group commits through every node; its name stays in its own state machine.
     let mut tokens = vec![Vec::new(); GROUPS];
     for group in 0..GROUPS {
@@ -221,14 +224,7 @@ async fn groups_elect_commit_fail_over_and_restart_apart() {
         network.crash(&format!("127.0.0.1:{}", cport(id)));
     }
     let network = Network::new();
-    let mut nodes = Vec::new();
-    for id in 1..=NODES {
-        nodes.push(Some(
-            boot(&network, id, &dir_of(&root, id), GROUPS)
-                .await
-                .expect("restarts"),
-        ));
-    }
+    let mut nodes = boot_all(&network, &root).await;
     for group in 0..GROUPS {
         let leader = leader_of(&nodes, group).await;
         for (name, token) in &tokens[group] {
