@@ -64,14 +64,15 @@ impl CommandDef for FlockScan {
 
 impl LocalCommand for FlockScan {
     fn run(self, ctx: &mut Ctx<'_>) -> CommandResult {
-        let filter = if self.held {
-            ScanFilter::HeldAt(ctx.now)
-        } else {
-            ScanFilter::All
-        };
+        let held = self.held;
         let count = self.count;
         let (next, mut names) =
-            crate::log::groups::walk_groups(ctx.server.groups(), self.cursor, |m, at| {
+            crate::log::groups::walk_groups(ctx.server.groups(), self.cursor, |m, at, now| {
+                let filter = if held {
+                    ScanFilter::HeldAt(now)
+                } else {
+                    ScanFilter::All
+                };
                 m.scan(at, count, filter)
             });
         if let Some(pattern) = &self.pattern {

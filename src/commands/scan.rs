@@ -91,12 +91,12 @@ impl LocalCommand for Scan {
         let (next, mut keys) = match self.only {
             TypeFilter::NoKey => (0, Vec::new()),
             TypeFilter::Any => {
-                crate::log::groups::walk_groups(ctx.server.groups(), cursor, |machine, at| {
+                crate::log::groups::walk_groups(ctx.server.groups(), cursor, |machine, at, _| {
                     machine.scan_keys(at, count, None)
                 })
             }
             TypeFilter::Only(kind) => {
-                crate::log::groups::walk_groups(ctx.server.groups(), cursor, |machine, at| {
+                crate::log::groups::walk_groups(ctx.server.groups(), cursor, |machine, at, _| {
                     machine.scan_keys(at, count, Some(kind))
                 })
             }

@@ -116,10 +116,10 @@ pub async fn open(
         groups: vec![Group {
             applied: applied.clone(),
             log: log.clone(),
+            clock,
         }],
         applied,
         log,
-        clock,
     })
 }
 

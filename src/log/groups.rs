@@ -79,22 +79,24 @@ fn group_field(number: u16) -> &'static str {
 const GROUP_SHIFT: u32 = flockd_core::PLACE_BITS;
 const GROUP_MASK: u64 = 0x3f << GROUP_SHIFT;
 
-/// A SCAN-like walk (SCAN, FLOCK.SCAN, the console's search) over every group's state, one group after another: `walk` walks one
-/// machine from a cursor of its own. With one group the cursor is the machine's.
+/// A SCAN-like walk (SCAN, FLOCK.SCAN, the console's search) over every group's state, one
+/// group after another: `walk` walks one machine from a cursor of its own, given the time of
+/// that group's log now (each group has its own log time). With one group the cursor is the
+/// machine's.
 pub fn walk_groups(
     groups: &[Group],
     cursor: u64,
-    walk: impl FnOnce(&StateMachine, u64) -> (u64, Vec<Bytes>),
+    walk: impl FnOnce(&StateMachine, u64, Millis) -> (u64, Vec<Bytes>),
 ) -> (u64, Vec<Bytes>) {
     if groups.len() == 1 {
-        return walk(&groups[0].applied.read(), cursor);
+        return walk(&groups[0].applied.read(), cursor, groups[0].log.now());
     }
     let group = ((cursor & GROUP_MASK) >> GROUP_SHIFT) as usize;
     // A cursor no walk handed out ends the walk, as Redis's own would.
     let Some(state) = groups.get(group) else {
         return (0, Vec::new());
     };
-    let (next, keys) = walk(&state.applied.read(), cursor & !GROUP_MASK);
+    let (next, keys) = walk(&state.applied.read(), cursor & !GROUP_MASK, state.log.now());
     let next = match next {
         0 if group + 1 < groups.len() => ((group + 1) as u64) << GROUP_SHIFT,
         0 => 0,
@@ -129,7 +131,8 @@ impl Log for GroupedLog {
     }
 
     fn now(&self) -> Millis {
-        // The groups share the node's clock.
+        // There is no node-wide log time: each group has its own. What reads a name's time asks
+        // that name's group (reads, scans); this is the first group's.
         self.first().now()
     }
 

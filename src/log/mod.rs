@@ -30,15 +30,14 @@ use crate::services::clock::Clock;
 pub use flockd_log::{ProposalResult, ProposeError};
 pub use view::{LogMember, LogRole, LogView, node_name};
 
-/// What opening a log leaves running: the state it applies to, the log, and the clock that
-/// stamps its entries.
+/// What opening a log leaves running: the state it applies to, the log, and each group's state,
+/// log and clock.
 pub struct Opened {
     /// The first group's state (the only one but on a multi-group cluster node).
     pub applied: Arc<AppliedState>,
     /// Where the server's proposals go: the only log, or the router over the groups' logs.
     pub log: Arc<dyn Log>,
-    pub clock: Arc<Clock>,
-    /// Each group's state and log, in slot order: one on a single node and on a one-group
+    /// Each group's state, log and clock, in slot order: one on a single node and on a one-group
     /// cluster node.
     pub groups: Vec<Group>,
 }
@@ -49,6 +48,9 @@ pub struct Opened {
 pub struct Group {
     pub applied: Arc<AppliedState>,
     pub log: Arc<dyn Log>,
+    /// The group's own log time, which its entries are stamped with where this node stamps
+    /// them: every group's leader continues it from that group's log, never another's.
+    pub clock: Arc<Clock>,
 }
 
 /// Why a log could not be opened.

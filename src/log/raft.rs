@@ -34,7 +34,6 @@ pub async fn open(
     tls: Option<flockd_tls::ClusterTls>,
     new_applied: impl FnOnce(StateMachine) -> Arc<AppliedState>,
 ) -> Result<Opened, OpenError> {
-    let clock = Arc::new(Clock::continuing_from(Millis(0)));
     let applied = new_applied(StateMachine::new());
     let seed = seed_from_aof(config)?;
     let cport = cluster
@@ -62,15 +61,24 @@ pub async fn open(
     for _ in 1..groups {
         hosts.push(Arc::new(AppliedState::beside(&applied)));
     }
-    let applies = hosts
+    // A clock per group: each follows its own group's log time.
+    let clocks: Vec<Arc<Clock>> = hosts
         .iter()
-        .map(|h| h.clone() as Arc<dyn flockd_log::Apply>)
+        .map(|_| Arc::new(Clock::continuing_from(Millis(0))))
+        .collect();
+    let group_hosts = hosts
+        .iter()
+        .zip(&clocks)
+        .map(|(h, clock)| flockd_raft::GroupHost {
+            apply: h.clone() as Arc<dyn flockd_log::Apply>,
+            clock: clock.clone(),
+        })
         .collect();
     let transport: Arc<dyn flockd_raft::transport::Transport> = match tls {
         Some(config) => Arc::new(flockd_raft::transport::Tls { config }),
         None => Arc::new(flockd_raft::transport::Tcp),
     };
-    let nodes = Cluster::start_groups(settings, applies, clock.clone(), seed, transport)
+    let nodes = Cluster::start_groups(settings, group_hosts, seed, transport)
         .await
         .map_err(OpenError::Cluster)?;
     info!(
@@ -82,14 +90,15 @@ pub async fn open(
     );
     let group_logs: Vec<Group> = nodes
         .into_iter()
-        .zip(hosts)
+        .zip(hosts.into_iter().zip(clocks))
         .zip(1..)
-        .map(|((node, applied), number)| Group {
+        .map(|((node, (applied, clock)), number)| Group {
             applied,
             log: Arc::new(RaftLog {
                 cluster: Arc::new(node),
                 number,
             }),
+            clock,
         })
         .collect();
     let log: Arc<dyn Log> = match groups {
@@ -99,7 +108,6 @@ pub async fn open(
     Ok(Opened {
         applied,
         log,
-        clock,
         groups: group_logs,
     })
 }

@@ -19,7 +19,11 @@ const BATCH: usize = 4096;
 pub async fn run(shared: Arc<Shared>, group: usize) {
     // On a cluster node only the group's leader's clock times leases: elsewhere the task waits
     // here.
-    let Group { applied, log } = shared.groups[group].clone();
+    let Group {
+        applied,
+        log,
+        clock,
+    } = shared.groups[group].clone();
     let mut on_duty = log.lease_duty();
     loop {
         if !*on_duty.borrow_and_update() {
@@ -49,7 +53,7 @@ pub async fn run(shared: Arc<Shared>, group: usize) {
         tokio::select! {
             _ = async {
                 match next {
-                    Some(at) => tokio::time::sleep_until(shared.clock.instant(at).into()).await,
+                    Some(at) => tokio::time::sleep_until(clock.instant(at).into()).await,
                     None => std::future::pending().await,
                 }
             } => {}

@@ -12,7 +12,6 @@ use crate::log::{Group, Log};
 use crate::services::acl::AclState;
 use crate::services::applied::AppliedState;
 use crate::services::clients::ClientRegistry;
-use crate::services::clock::Clock;
 use crate::services::live_config::LiveConfig;
 use crate::services::monitor::Monitors;
 use crate::services::stats::ServerStats;
@@ -27,7 +26,6 @@ pub struct Shared {
     pub applied: Arc<AppliedState>,
     /// Where state changes go: the AOF on a single node, Raft on a cluster node.
     pub log: Arc<dyn Log>,
-    pub clock: Arc<Clock>,
     /// Each group's state and log, in slot order (one but on a multi-group cluster node):
     /// `applied` and `log` above are the first group's state and the router over them all.
     pub groups: Vec<Group>,

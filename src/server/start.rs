@@ -133,7 +133,6 @@ pub async fn start(config: Config, bump_tokens: Option<u64>) -> Result<Running, 
     let Opened {
         applied,
         log,
-        clock,
         groups,
     } = crate::log::open::open(&config, bump_tokens, local_addr, cluster_tls, |machine| {
         new_applied(&config, machine)
@@ -144,7 +143,6 @@ pub async fn start(config: Config, bump_tokens: Option<u64>) -> Result<Running, 
         config: crate::services::live_config::LiveConfig::new(config),
         applied,
         log,
-        clock,
         groups,
         clients: ClientRegistry::default(),
         monitors: crate::services::monitor::Monitors::default(),

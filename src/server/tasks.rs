@@ -42,7 +42,7 @@ pub(super) async fn reclaim_idle_names(shared: Arc<Shared>, group: usize) {
     const BATCH: usize = 10_000;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     // Only the group's leader forgets its names (the followers apply its Forget ops).
-    let Group { applied, log } = shared.groups[group].clone();
+    let Group { applied, log, .. } = shared.groups[group].clone();
     let on_duty = log.lease_duty();
     loop {
         tokio::select! {

@@ -33,6 +33,8 @@ pub mod types;
 pub use counters::{LOG_FSYNC_SECONDS_BOUNDS, PROPOSAL_SECONDS_BOUNDS, RaftStats};
 pub use error::StartError;
 pub use flockd_log::{ProposalResult, ProposeError};
-pub use node::{Cluster, ClusterSettings, ClusterView, Leader, MAX_GROUPS, Member, Role};
+pub use node::{
+    Cluster, ClusterSettings, ClusterView, GroupHost, Leader, MAX_GROUPS, Member, Role,
+};
 pub use peers::{Peer, parse_addr, parse_peers};
 pub use types::{NodeId, RaftProposal};

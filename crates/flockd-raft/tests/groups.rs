@@ -2,7 +2,8 @@
 //! Every group elects its own leader and commits through any node (forwarded to that group's
 //! leader over the connection the groups share); each group's state machine sees only its own
 //! entries; a crashed node's groups fail over; after a full
-//! restart every group has its tokens; a dir made with another number of groups is refused.
+//! restart every group has its tokens; a dir made with another number of groups is refused;
+//! a node taking office in one group leaves the time of the groups it already leads alone.
 
 // Groups and nodes are numbers here, and the loops read several tables by them.
 #![allow(clippy::needless_range_loop)]
@@ -19,7 +20,7 @@ use flockd_core::time::Clock;
 use flockd_core::{AcquireResult, Conditions, Millis, Op, OpResult};
 use flockd_log::Apply;
 use flockd_raft::transport::memory::Network;
-use flockd_raft::{Cluster, ClusterSettings, Role, StartError, parse_peers};
+use flockd_raft::{Cluster, ClusterSettings, GroupHost, Role, StartError, parse_peers};
 
 const NODES: u64 = 3;
 const GROUPS: usize = 3;
@@ -62,10 +63,15 @@ async fn boot(network: &Network, id: u64, dir: &Path, groups: usize) -> Result<N
     let hosts: Vec<Arc<PlainHost>> = (0..groups)
         .map(|_| Arc::new(PlainHost::default()))
         .collect();
-    let applies = hosts.iter().map(|h| h.clone() as Arc<dyn Apply>).collect();
+    let group_hosts = hosts
+        .iter()
+        .map(|h| GroupHost {
+            apply: h.clone() as Arc<dyn Apply>,
+            clock: Arc::new(Clock::continuing_from(Millis(0))),
+        })
+        .collect();
     let endpoint = Arc::new(network.endpoint(&format!("127.0.0.1:{}", cport(id))));
-    let clock = Arc::new(Clock::continuing_from(Millis(0)));
-    let groups = Cluster::start_groups(settings(id, dir), applies, clock, None, endpoint).await?;
+    let groups = Cluster::start_groups(settings(id, dir), group_hosts, None, endpoint).await?;
     Ok(Node { hosts, groups })
 }
 
@@ -247,4 +253,71 @@ async fn groups_elect_commit_fail_over_and_restart_apart() {
         Ok(_) => panic!("a dir of 3 groups started as 2"),
     };
     assert!(refused.contains("cluster-groups 3"), "{refused}");
+}
+
+/// A new leader continues its clock from the log time of the group it takes office in, which
+/// may be seconds behind (an idle group) or ahead of another group's. Each group has a clock of
+/// its own: were the node's groups to share one, taking office in one group would move the
+/// time of every group it already leads, and ending their leases early is the forward case
+/// (the fault harness saw a lease granted again 402 ms before it could end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taking_office_in_one_group_leaves_the_other_groups_time_alone() {
+    let root = TempDir::new("groups-clocks");
+    let network = Network::new();
+    let nodes = boot_all(&network, &root).await;
+    let x = leader_of(&nodes, 0).await;
+    let x_id = x as u64 + 1;
+    // Group 1 led elsewhere (the founder leads every group at first).
+    let other_id = if x_id == 1 { 2 } else { 1 };
+    if leader_of(&nodes, 1).await == x {
+        nodes[x].as_ref().unwrap().groups[1]
+            .transfer_leader(other_id)
+            .await
+            .expect("transfer group 1 away");
+    }
+    let deadline = Instant::now() + PATIENCE;
+    let mut y = leader_of(&nodes, 1).await;
+    while y == x {
+        assert!(Instant::now() < deadline, "group 1 stays with node {x_id}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        y = leader_of(&nodes, 1).await;
+    }
+    // Group 1 idles, so its log time falls behind; group 0 goes on.
+    for i in 0..10 {
+        acquire(&nodes[x].as_ref().unwrap().groups[0], &format!("busy-{i}")).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let x_node = nodes[x].as_ref().unwrap();
+    let before = x_node.groups[0].now();
+    let since = Instant::now();
+    nodes[y].as_ref().unwrap().groups[1]
+        .transfer_leader(x_id)
+        .await
+        .expect("transfer group 1 to node x");
+    let deadline = Instant::now() + PATIENCE;
+    while !(x_node.groups[1].view().role == Role::Leader && *x_node.groups[1].lease_duty().borrow())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "node {x_id} never took office in group 1"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let after = x_node.groups[0].now();
+    let elapsed = since.elapsed().as_millis() as u64;
+    let group_1 = x_node.groups[1].now();
+    eprintln!(
+        "group 0's time on node {x_id}: {before:?} then {after:?} over {elapsed} ms; group 1's \
+         time there now {group_1:?}"
+    );
+    assert!(
+        after >= before && after.0 <= before.0 + elapsed + 1,
+        "group 0's time moved when node {x_id} took office in group 1: {before:?} to {after:?} \
+         in {elapsed} ms"
+    );
+    for node in nodes.iter().flatten() {
+        for group in &node.groups {
+            group.shutdown().await;
+        }
+    }
 }

@@ -180,16 +180,16 @@ pub fn locks(
     from: SearchCursor,
     limit: usize,
 ) -> Value {
-    let now = shared.log.now();
     let mut found: Vec<Value> = Vec::new();
     let mut cursor = from.scan;
     let mut skip = from.skip;
     let mut looked = 0;
     let next = loop {
         // Every group's names, one group after another (one, but on a multi-group node).
-        let (next, names) = crate::log::groups::walk_groups(&shared.groups, cursor, |m, at| {
-            m.scan(at, SEARCH_STEP, ScanFilter::HeldAt(now))
-        });
+        let (next, names) =
+            crate::log::groups::walk_groups(&shared.groups, cursor, |m, at, now| {
+                m.scan(at, SEARCH_STEP, ScanFilter::HeldAt(now))
+            });
         looked += SEARCH_STEP;
         let mut matched = 0;
         let mut full = false;
@@ -205,8 +205,9 @@ pub fn locks(
                 full = true;
                 break;
             }
-            let machine = shared.group_of(&name).applied.read();
-            found.push(describe(&machine, name, now));
+            let group = shared.group_of(&name);
+            let now = group.log.now();
+            found.push(describe(&group.applied.read(), name, now));
         }
         if full {
             break SearchCursor {

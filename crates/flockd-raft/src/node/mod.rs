@@ -239,12 +239,21 @@ fn next_incarnation(dir: &Path) -> Result<u64, StartError> {
 /// The most groups a cluster may have (`cluster-groups`).
 pub const MAX_GROUPS: u16 = 64;
 
-/// What a node's groups share: who the node is, its peers' connections, and its clock.
+/// What a node's groups share: who the node is and its peers' connections. Not a clock: each
+/// group's leader continues its clock from that group's log time (see
+/// [`office::take_office`]), forward or back, and a shared clock would move every other group's
+/// time with it, ending leases early there.
 struct Together {
     me: Me,
     identities: Arc<Identities>,
     peers: Arc<Peers>,
-    clock: Arc<Clock>,
+}
+
+/// One group of a node: the state its entries are applied to, and the clock its entries are
+/// stamped with while this node leads it (a clock of its own, in that group's log time).
+pub struct GroupHost {
+    pub apply: Arc<dyn Apply>,
+    pub clock: Arc<Clock>,
 }
 
 /// The groups a node serves on its cluster port, by number.
@@ -262,7 +271,7 @@ impl PeerGroups for Groups {
 async fn start_group(
     settings: &ClusterSettings,
     (group, groups): (u16, u16),
-    host: Arc<dyn Apply>,
+    GroupHost { apply: host, clock }: GroupHost,
     seed: Option<flockd_core::StateMachine>,
     together: &Together,
 ) -> Result<(Arc<Node>, openraft::WatchChangeHandle<FlockRaft>), StartError> {
@@ -372,7 +381,7 @@ async fn start_group(
         peers: together.peers.clone(),
         pending,
         proposals,
-        clock: together.clock.clone(),
+        clock,
         host,
         log: log_stats,
         store: store.clone(),
@@ -473,20 +482,19 @@ impl Cluster {
         seed: Option<flockd_core::StateMachine>,
         transport: Arc<dyn Transport>,
     ) -> Result<Cluster, StartError> {
-        let mut groups =
-            Cluster::start_groups(settings, vec![host], clock, seed, transport).await?;
+        let host = GroupHost { apply: host, clock };
+        let mut groups = Cluster::start_groups(settings, vec![host], seed, transport).await?;
         Ok(groups.remove(0))
     }
 
-    /// Starts a node of a multi-group cluster (`cluster-groups`): one openraft group per state
-    /// machine in `hosts`, in order, each with its log and snapshots in a directory of its own,
+    /// Starts a node of a multi-group cluster (`cluster-groups`): one openraft group per host
+    /// in `hosts` (its state machine and its clock), in order, each with its log and snapshots in a directory of its own,
     /// all on the one cluster port and sharing each peer's connection. One host is a one-group
     /// node, exactly as [`Cluster::start_on`]. The dir says how many groups its data was made
     /// with; another number is refused.
     pub async fn start_groups(
         settings: ClusterSettings,
-        hosts: Vec<Arc<dyn Apply>>,
-        clock: Arc<Clock>,
+        hosts: Vec<GroupHost>,
         seed: Option<flockd_core::StateMachine>,
         transport: Arc<dyn Transport>,
     ) -> Result<Vec<Cluster>, StartError> {
@@ -521,7 +529,6 @@ impl Cluster {
             me,
             identities,
             peers,
-            clock,
         };
         let mut seed = seed;
         let mut nodes = Vec::with_capacity(hosts.len());
