@@ -370,14 +370,8 @@ impl PeerClient {
         &self.addr
     }
 
-    /// The connection to the peer, made (connect and hello) by `deadline` if there is none.
-    async fn connected(&self, deadline: Instant) -> Result<Arc<Connection>, NetError> {
-        let timeout = deadline.saturating_duration_since(Instant::now());
-        // Another call may be connecting: its wait is bounded by its own deadline, not ours.
-        let Ok(mut slot) = tokio::time::timeout_at(deadline.into(), self.connection.lock()).await
-        else {
-            return Err(self.timed_out(timeout));
-        };
+    async fn connected(&self, timeout: Duration) -> Result<Arc<Connection>, NetError> {
+        let mut slot = self.connection.lock().await;
         if let Some(connection) = slot.as_ref()
             && !connection.dead.load(Ordering::Acquire)
         {
@@ -438,7 +432,7 @@ impl PeerClient {
             // Every caller still waiting sees its sender dropped: the connection is lost.
             reading.waiting.lock().clear();
         });
-        self.greet(&connection, deadline).await.inspect_err(|_| {
+        self.greet(&connection, timeout).await.inspect_err(|_| {
             connection.dead.store(true, Ordering::Release);
         })?;
         *slot = Some(connection.clone());
@@ -446,10 +440,10 @@ impl PeerClient {
     }
 
     /// The hello both ends of a new connection trade: each checks the other's dir.
-    async fn greet(&self, connection: &Arc<Connection>, deadline: Instant) -> Result<(), NetError> {
+    async fn greet(&self, connection: &Arc<Connection>, timeout: Duration) -> Result<(), NetError> {
         let me = self.identities.me();
         match self
-            .call_on(connection, &Request::Hello(me), deadline)
+            .call_on(connection, &Request::Hello(me), timeout)
             .await?
         {
             Response::Hello(peer) if peer.node != self.node => Err(NetError::WrongNode {
@@ -463,11 +457,9 @@ impl PeerClient {
                     self.log_refusal(&why);
                     // Told, the refused node stops; a lost message is sent again next call.
                     if let Ok(bytes) = frame(0, &Request::Refuse(why.clone())) {
-                        let _ = tokio::time::timeout_at(deadline.into(), async {
-                            let mut writer = connection.writer.lock().await;
-                            write_all(&mut *writer, &bytes).await
-                        })
-                        .await;
+                        let mut writer = connection.writer.lock().await;
+                        let _ =
+                            tokio::time::timeout(timeout, write_all(&mut *writer, &bytes)).await;
                     }
                     Err(NetError::Refused(why))
                 }
@@ -477,13 +469,6 @@ impl PeerClient {
                 Err(NetError::Refused(why))
             }
             other => Err(NetError::Remote(format!("a hello answered with {other:?}"))),
-        }
-    }
-
-    fn timed_out(&self, after: Duration) -> NetError {
-        NetError::Timeout {
-            addr: self.addr.clone(),
-            after,
         }
     }
 
@@ -505,12 +490,10 @@ impl PeerClient {
         self.call(&Request::in_group(group, request), timeout).await
     }
 
-    /// Sends `request` and waits for its response: `timeout` bounds the whole call, a connect
-    /// and hello first included (a read or a forward must answer within its client's limit).
+    /// Sends `request` and waits up to `timeout` for its response.
     pub async fn call(&self, request: &Request, timeout: Duration) -> Result<Response, NetError> {
-        let deadline = Instant::now() + timeout;
-        let result = match self.connected(deadline).await {
-            Ok(connection) => self.call_on(&connection, request, deadline).await,
+        let result = match self.connected(timeout).await {
+            Ok(connection) => self.call_on(&connection, request, timeout).await,
             Err(e) => Err(e),
         };
         match &result {
@@ -559,30 +542,23 @@ impl PeerClient {
         &self,
         connection: &Arc<Connection>,
         request: &Request,
-        deadline: Instant,
+        timeout: Duration,
     ) -> Result<Response, NetError> {
-        let timeout = deadline.saturating_duration_since(Instant::now());
         let id = connection.next_id.fetch_add(1, Ordering::Relaxed);
         let bytes = frame(id, request)?;
         let (tx, rx) = oneshot::channel();
         connection.waiting.lock().insert(id, tx);
         let lost = || NetError::Lost(self.addr.clone());
-        // The wait for the writer counts too (another call may be writing a snapshot chunk);
-        // given up before writing, the connection is as good as it was.
-        let Ok(mut writer) =
-            tokio::time::timeout_at(deadline.into(), connection.writer.lock()).await
-        else {
-            connection.waiting.lock().remove(&id);
-            return Err(self.timed_out(timeout));
+        let sent = {
+            let mut writer = connection.writer.lock().await;
+            tokio::time::timeout(timeout, write_all(&mut *writer, &bytes)).await
         };
-        let sent = tokio::time::timeout_at(deadline.into(), write_all(&mut *writer, &bytes)).await;
-        drop(writer);
         if !matches!(sent, Ok(Ok(()))) {
             connection.dead.store(true, Ordering::Release);
             connection.waiting.lock().remove(&id);
             return Err(lost());
         }
-        match tokio::time::timeout_at(deadline.into(), rx).await {
+        match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(Response::Failed(why))) => Err(NetError::Remote(why)),
             Ok(Ok(response)) => Ok(response),
             Ok(Err(_)) => Err(lost()),
@@ -590,7 +566,10 @@ impl PeerClient {
                 connection.waiting.lock().remove(&id);
                 // A peer that does not answer may be gone: the next call connects afresh.
                 connection.dead.store(true, Ordering::Release);
-                Err(self.timed_out(timeout))
+                Err(NetError::Timeout {
+                    addr: self.addr.clone(),
+                    after: timeout,
+                })
             }
         }
     }
