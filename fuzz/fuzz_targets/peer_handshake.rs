@@ -7,9 +7,9 @@
 //! Checked: nothing panics and the connection ends when the peer's bytes do (a hang is a
 //! libFuzzer timeout); every reply is a well-formed frame answering a frame the peer sent, at
 //! most one reply per frame; until a hello is accepted every frame is answered in order with
-//! what the protocol says (an undecodable frame `undecodable`, any other request "a hello
-//! first", the hello itself this node's identity or the refusal `Identities` must give), a
-//! `Refuse` stops the connection and reaches the handler, and no request reaches the handler
+//! what the protocol says (an undecodable frame `undecodable`, and nothing after it, any other
+//! request "a hello first", the hello itself this node's identity or the refusal `Identities`
+//! must give), a `Refuse` stops the connection and reaches the handler, and no request reaches the handler
 //! or a snapshot install; no transfer leaves its file behind once the connection is over; and
 //! no input makes it allocate more than a small multiple of its size.
 //!
@@ -287,10 +287,14 @@ fuzz_target!(|data: &[u8]| {
             r
         });
         match decode_request(body) {
-            Err(_) => assert!(
-                matches!(reply, Some(Response::Failed(why)) if why.starts_with("undecodable: ")),
-                "{reply:?}"
-            ),
+            Err(_) => {
+                assert!(
+                    matches!(reply, Some(Response::Failed(why)) if why.starts_with("undecodable: ")),
+                    "{reply:?}"
+                );
+                assert_eq!(replies.len(), k + 1, "nothing after an undecodable frame");
+                break;
+            }
             Ok(Request::Hello(peer)) => {
                 if expected_greeting(peer, member) {
                     assert!(

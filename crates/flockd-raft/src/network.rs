@@ -227,12 +227,21 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<Option<(u
 /// A request's body as the serving side reads it. Public so that the fuzz targets run the very
 /// decode the cluster port runs.
 pub fn decode_request(body: &[u8]) -> Result<Request, postcard::Error> {
-    postcard::from_bytes(body)
+    decode_whole(body)
 }
 
 /// A response's body as the dialing side reads it.
 pub fn decode_response(body: &[u8]) -> Result<Response, postcard::Error> {
-    postcard::from_bytes(body)
+    decode_whole(body)
+}
+
+/// A message that is the whole body: postcard alone stops where the message ends and leaves
+/// the rest unread, so a body with bytes left over (a frame made of parts of two) would pass.
+fn decode_whole<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, postcard::Error> {
+    match postcard::take_from_bytes(body)? {
+        (message, []) => Ok(message),
+        _ => Err(postcard::Error::DeserializeBadEncoding),
+    }
 }
 
 pub fn frame<T: Serialize>(id: u64, message: &T) -> Result<Vec<u8>, NetError> {
@@ -257,11 +266,45 @@ pub async fn write_all<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> io::Re
 
 /// One live connection to a peer.
 struct Connection {
-    writer: tokio::sync::Mutex<PeerWriter>,
+    /// `None` once a frame was cut short (see [`Connection::send_frame`]).
+    writer: tokio::sync::Mutex<Option<PeerWriter>>,
     waiting: Mutex<HashMap<u64, oneshot::Sender<Response>>>,
     next_id: AtomicU64,
     dead: AtomicBool,
 }
+
+impl Connection {
+    /// Writes one frame whole, or ends the connection's writing for good. A write given up
+    /// part way (its timeout: a paused peer reads nothing and the socket's buffer fills; or an
+    /// error) leaves the peer in the middle of a frame. The next frame written would be read as
+    /// the rest of this one, and the decoder takes a request made of two as readily as any:
+    /// an append whose last entry the leader never sent. So the writer is shut down and
+    /// dropped, and the calls waiting behind it write nothing.
+    async fn send_frame(&self, bytes: &[u8], timeout: Duration) -> bool {
+        let mut slot = self.writer.lock().await;
+        let Some(writer) = slot.as_mut() else {
+            return false;
+        };
+        if matches!(
+            tokio::time::timeout(timeout, write_all(writer, bytes)).await,
+            Ok(Ok(()))
+        ) {
+            return true;
+        }
+        self.dead.store(true, Ordering::Release);
+        if let Some(mut writer) = slot.take() {
+            // The peer reads what arrived, then the end of the stream: a frame cut short, which
+            // it drops with the connection. Bounded: a TLS close may wait for room to be sent.
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(CUT_SHUTDOWN, writer.shutdown()).await;
+            });
+        }
+        false
+    }
+}
+
+/// How long a connection whose frame was cut short tries to tell the peer it ended.
+const CUT_SHUTDOWN: Duration = Duration::from_secs(1);
 
 /// The client side of one peer: calls share one connection, made again after a failure.
 pub struct PeerClient {
@@ -402,7 +445,7 @@ impl PeerClient {
         };
         let mut reader = tokio::io::BufReader::with_capacity(READ_BUFFER, stream.reader);
         let connection = Arc::new(Connection {
-            writer: tokio::sync::Mutex::new(stream.writer),
+            writer: tokio::sync::Mutex::new(Some(stream.writer)),
             waiting: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             dead: AtomicBool::new(false),
@@ -457,9 +500,7 @@ impl PeerClient {
                     self.log_refusal(&why);
                     // Told, the refused node stops; a lost message is sent again next call.
                     if let Ok(bytes) = frame(0, &Request::Refuse(why.clone())) {
-                        let mut writer = connection.writer.lock().await;
-                        let _ =
-                            tokio::time::timeout(timeout, write_all(&mut *writer, &bytes)).await;
+                        connection.send_frame(&bytes, timeout).await;
                     }
                     Err(NetError::Refused(why))
                 }
@@ -549,11 +590,7 @@ impl PeerClient {
         let (tx, rx) = oneshot::channel();
         connection.waiting.lock().insert(id, tx);
         let lost = || NetError::Lost(self.addr.clone());
-        let sent = {
-            let mut writer = connection.writer.lock().await;
-            tokio::time::timeout(timeout, write_all(&mut *writer, &bytes)).await
-        };
-        if !matches!(sent, Ok(Ok(()))) {
+        if !connection.send_frame(&bytes, timeout).await {
             connection.dead.store(true, Ordering::Release);
             connection.waiting.lock().remove(&id);
             return Err(lost());

@@ -100,8 +100,11 @@ pub async fn serve_groups(stream: PeerStream, groups: Arc<dyn PeerGroups>) -> io
         let request = match decode_request(&body) {
             Ok(request) => request,
             Err(e) => {
+                // Said, and the connection ends: a frame that does not decode may be a sender's
+                // frame cut short with the next one read as its rest, and what follows cannot
+                // be trusted to start where a frame starts.
                 let _ = send(&replies, id, &Response::Failed(format!("undecodable: {e}"))).await;
-                continue;
+                break Ok(());
             }
         };
         // The hello and a refusal are the connection's, never a group's: they come bare, and
