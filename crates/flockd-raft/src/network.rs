@@ -273,23 +273,37 @@ struct Connection {
     dead: AtomicBool,
 }
 
+/// What became of a frame sent on a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sent {
+    Whole,
+    /// The deadline came while another call had the writer: not a byte of it went, and the
+    /// connection is as good as it was.
+    NotWritten,
+    /// Cut short, or the connection's writing had ended: the connection is done.
+    Lost,
+}
+
 impl Connection {
-    /// Writes one frame whole, or ends the connection's writing for good. A write given up
-    /// part way (its timeout: a paused peer reads nothing and the socket's buffer fills; or an
-    /// error) leaves the peer in the middle of a frame. The next frame written would be read as
-    /// the rest of this one, and the decoder takes a request made of two as readily as any:
-    /// an append whose last entry the leader never sent. So the writer is shut down and
-    /// dropped, and the calls waiting behind it write nothing.
-    async fn send_frame(&self, bytes: &[u8], timeout: Duration) -> bool {
-        let mut slot = self.writer.lock().await;
+    /// Writes one frame whole by `deadline`, or ends the connection's writing for good. A
+    /// write given up part way (the deadline: a paused peer reads nothing and the socket's
+    /// buffer fills; or an error) leaves the peer in the middle of a frame. The next frame
+    /// written would be read as the rest of this one, and the decoder takes a request made of
+    /// two as readily as any: an append whose last entry the leader never sent. So the writer
+    /// is shut down and dropped, and the calls waiting behind it write nothing.
+    async fn send_frame(&self, bytes: &[u8], deadline: Instant) -> Sent {
+        let Ok(mut slot) = tokio::time::timeout_at(deadline.into(), self.writer.lock()).await
+        else {
+            return Sent::NotWritten;
+        };
         let Some(writer) = slot.as_mut() else {
-            return false;
+            return Sent::Lost;
         };
         if matches!(
-            tokio::time::timeout(timeout, write_all(writer, bytes)).await,
+            tokio::time::timeout_at(deadline.into(), write_all(writer, bytes)).await,
             Ok(Ok(()))
         ) {
-            return true;
+            return Sent::Whole;
         }
         self.dead.store(true, Ordering::Release);
         if let Some(mut writer) = slot.take() {
@@ -299,7 +313,7 @@ impl Connection {
                 let _ = tokio::time::timeout(CUT_SHUTDOWN, writer.shutdown()).await;
             });
         }
-        false
+        Sent::Lost
     }
 }
 
@@ -413,8 +427,14 @@ impl PeerClient {
         &self.addr
     }
 
-    async fn connected(&self, timeout: Duration) -> Result<Arc<Connection>, NetError> {
-        let mut slot = self.connection.lock().await;
+    /// The connection to the peer, made (connect and hello) by `deadline` if there is none.
+    async fn connected(&self, deadline: Instant) -> Result<Arc<Connection>, NetError> {
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        // Another call may be connecting: its wait is bounded by its own deadline, not ours.
+        let Ok(mut slot) = tokio::time::timeout_at(deadline.into(), self.connection.lock()).await
+        else {
+            return Err(self.timed_out(timeout));
+        };
         if let Some(connection) = slot.as_ref()
             && !connection.dead.load(Ordering::Acquire)
         {
@@ -475,7 +495,7 @@ impl PeerClient {
             // Every caller still waiting sees its sender dropped: the connection is lost.
             reading.waiting.lock().clear();
         });
-        self.greet(&connection, timeout).await.inspect_err(|_| {
+        self.greet(&connection, deadline).await.inspect_err(|_| {
             connection.dead.store(true, Ordering::Release);
         })?;
         *slot = Some(connection.clone());
@@ -483,10 +503,10 @@ impl PeerClient {
     }
 
     /// The hello both ends of a new connection trade: each checks the other's dir.
-    async fn greet(&self, connection: &Arc<Connection>, timeout: Duration) -> Result<(), NetError> {
+    async fn greet(&self, connection: &Arc<Connection>, deadline: Instant) -> Result<(), NetError> {
         let me = self.identities.me();
         match self
-            .call_on(connection, &Request::Hello(me), timeout)
+            .call_on(connection, &Request::Hello(me), deadline)
             .await?
         {
             Response::Hello(peer) if peer.node != self.node => Err(NetError::WrongNode {
@@ -500,7 +520,7 @@ impl PeerClient {
                     self.log_refusal(&why);
                     // Told, the refused node stops; a lost message is sent again next call.
                     if let Ok(bytes) = frame(0, &Request::Refuse(why.clone())) {
-                        connection.send_frame(&bytes, timeout).await;
+                        connection.send_frame(&bytes, deadline).await;
                     }
                     Err(NetError::Refused(why))
                 }
@@ -531,10 +551,12 @@ impl PeerClient {
         self.call(&Request::in_group(group, request), timeout).await
     }
 
-    /// Sends `request` and waits up to `timeout` for its response.
+    /// Sends `request` and waits for its response: `timeout` bounds the whole call, a connect
+    /// and hello first included (a read or a forward must answer within its client's limit).
     pub async fn call(&self, request: &Request, timeout: Duration) -> Result<Response, NetError> {
-        let result = match self.connected(timeout).await {
-            Ok(connection) => self.call_on(&connection, request, timeout).await,
+        let deadline = Instant::now() + timeout;
+        let result = match self.connected(deadline).await {
+            Ok(connection) => self.call_on(&connection, request, deadline).await,
             Err(e) => Err(e),
         };
         match &result {
@@ -583,19 +605,32 @@ impl PeerClient {
         &self,
         connection: &Arc<Connection>,
         request: &Request,
-        timeout: Duration,
+        deadline: Instant,
     ) -> Result<Response, NetError> {
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        // The connect and hello took the whole time: nothing is sent, and the connection,
+        // which did nothing wrong, is kept.
+        if timeout.is_zero() {
+            return Err(self.timed_out(timeout));
+        }
         let id = connection.next_id.fetch_add(1, Ordering::Relaxed);
         let bytes = frame(id, request)?;
         let (tx, rx) = oneshot::channel();
         connection.waiting.lock().insert(id, tx);
         let lost = || NetError::Lost(self.addr.clone());
-        if !connection.send_frame(&bytes, timeout).await {
-            connection.dead.store(true, Ordering::Release);
-            connection.waiting.lock().remove(&id);
-            return Err(lost());
+        match connection.send_frame(&bytes, deadline).await {
+            Sent::Whole => {}
+            Sent::NotWritten => {
+                connection.waiting.lock().remove(&id);
+                return Err(self.timed_out(timeout));
+            }
+            Sent::Lost => {
+                connection.dead.store(true, Ordering::Release);
+                connection.waiting.lock().remove(&id);
+                return Err(lost());
+            }
         }
-        match tokio::time::timeout(timeout, rx).await {
+        match tokio::time::timeout_at(deadline.into(), rx).await {
             Ok(Ok(Response::Failed(why))) => Err(NetError::Remote(why)),
             Ok(Ok(response)) => Ok(response),
             Ok(Err(_)) => Err(lost()),
@@ -603,11 +638,15 @@ impl PeerClient {
                 connection.waiting.lock().remove(&id);
                 // A peer that does not answer may be gone: the next call connects afresh.
                 connection.dead.store(true, Ordering::Release);
-                Err(NetError::Timeout {
-                    addr: self.addr.clone(),
-                    after: timeout,
-                })
+                Err(self.timed_out(timeout))
             }
+        }
+    }
+
+    fn timed_out(&self, after: Duration) -> NetError {
+        NetError::Timeout {
+            addr: self.addr.clone(),
+            after,
         }
     }
 }
