@@ -280,8 +280,12 @@ enum Sent {
     /// The deadline came while another call had the writer: not a byte of it went, and the
     /// connection is as good as it was.
     NotWritten,
-    /// Cut short, or the connection's writing had ended: the connection is done.
-    Lost,
+    /// Cut short at the deadline: the connection is done.
+    Cut,
+    /// The write failed (the peer is gone): the connection is done.
+    Broken,
+    /// An earlier frame was cut: the connection's writing had ended.
+    Closed,
 }
 
 impl Connection {
@@ -297,14 +301,14 @@ impl Connection {
             return Sent::NotWritten;
         };
         let Some(writer) = slot.as_mut() else {
-            return Sent::Lost;
+            return Sent::Closed;
         };
-        if matches!(
-            tokio::time::timeout_at(deadline.into(), write_all(writer, bytes)).await,
-            Ok(Ok(()))
-        ) {
-            return Sent::Whole;
-        }
+        let failed = match tokio::time::timeout_at(deadline.into(), write_all(writer, bytes)).await
+        {
+            Ok(Ok(())) => return Sent::Whole,
+            Ok(Err(_)) => Sent::Broken,
+            Err(_) => Sent::Cut,
+        };
         self.dead.store(true, Ordering::Release);
         if let Some(mut writer) = slot.take() {
             // The peer reads what arrived, then the end of the stream: a frame cut short, which
@@ -313,7 +317,7 @@ impl Connection {
                 let _ = tokio::time::timeout(CUT_SHUTDOWN, writer.shutdown()).await;
             });
         }
-        Sent::Lost
+        failed
     }
 }
 
@@ -618,13 +622,24 @@ impl PeerClient {
         let (tx, rx) = oneshot::channel();
         connection.waiting.lock().insert(id, tx);
         let lost = || NetError::Lost(self.addr.clone());
-        match connection.send_frame(&bytes, deadline).await {
+        let sent = connection.send_frame(&bytes, deadline).await;
+        match sent {
             Sent::Whole => {}
             Sent::NotWritten => {
                 connection.waiting.lock().remove(&id);
                 return Err(self.timed_out(timeout));
             }
-            Sent::Lost => {
+            Sent::Cut | Sent::Broken | Sent::Closed => {
+                if sent == Sent::Cut {
+                    // Rare (a peer that stopped reading), and it costs the connection: say so.
+                    warn!(
+                        "a {}-byte message to node {} at {} was cut short after {:?}: its connection ends",
+                        bytes.len(),
+                        self.node,
+                        self.addr,
+                        timeout
+                    );
+                }
                 connection.dead.store(true, Ordering::Release);
                 connection.waiting.lock().remove(&id);
                 return Err(lost());
