@@ -412,6 +412,26 @@ fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
     (from, to)
 }
 
+/// openraft's contract for a read: entries may be missing at the start (purged) or at the end
+/// (not yet appended), never between two it returns. raft-log reads an index range from a map,
+/// which skips whatever is not there: a hole would be applied or replicated as if it were not
+/// one, and leave the state without its entries for good. Refused here instead.
+fn no_hole(from: u64, entries: &[RaftEntry]) -> io::Result<()> {
+    match entries
+        .windows(2)
+        .find(|pair| pair[1].log_id.index != pair[0].log_id.index + 1)
+    {
+        None => Ok(()),
+        Some(pair) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "the Raft log has a hole: a read from index {from} got entry {} after {}",
+                pair[1].log_id.index, pair[0].log_id.index
+            ),
+        )),
+    }
+}
+
 impl RaftLogReader<FlockRaft> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
@@ -419,9 +439,12 @@ impl RaftLogReader<FlockRaft> for LogStore {
     ) -> Result<Vec<RaftEntry>, io::Error> {
         let (from, to) = bounds(&range);
         let read = move |log: &RaftLog<WalTypes>| -> io::Result<Vec<RaftEntry>> {
-            log.read(from, to)
+            let entries = log
+                .read(from, to)
                 .map(|read| read.and_then(|(id, payload)| decode_entry(&id, &payload)))
-                .collect()
+                .collect::<io::Result<Vec<_>>>()?;
+            no_hole(from, &entries)?;
+            Ok(entries)
         };
         {
             let log = opened(&self.log)?;
@@ -565,6 +588,28 @@ pub fn node(addr: &str) -> BasicNode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_with_a_hole_is_refused() {
+        let at = |index| RaftEntry {
+            log_id: LogId {
+                leader_id: LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                index,
+            },
+            payload: EntryPayload::Blank,
+        };
+        assert!(
+            no_hole(3, &[at(5), at(6), at(7)]).is_ok(),
+            "purged before 5"
+        );
+        assert!(no_hole(3, &[]).is_ok());
+        let err = no_hole(3, &[at(5), at(7)]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("entry 7 after 5"), "{err}");
+    }
 
     #[test]
     fn a_closed_log_unlocks_its_dir_while_clones_live_on() {

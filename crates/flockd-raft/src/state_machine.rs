@@ -63,6 +63,9 @@ pub struct MachineStore {
     dir: PathBuf,
     /// Entries applied as no-ops because their proposal had taken effect already.
     duplicates: Arc<AtomicU64>,
+    /// Held while a snapshot is made the current one (its files and `Inner::current`): a build
+    /// (a task of its own, see `build_snapshot`) and an install may finish at the same time.
+    keeping: Arc<Mutex<()>>,
 }
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> io::Error {
@@ -114,7 +117,11 @@ impl MachineStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err(&meta_path, e)),
         }
-        remove_strays(dir, inner.current.as_ref().map(|(_, f)| f.path.as_path()));
+        remove_strays(
+            dir,
+            inner.current.as_ref().map(|(_, f)| f.path.as_path()),
+            Strays::AndUnfinished,
+        );
         Ok(MachineStore {
             inner: Arc::new(Mutex::new(inner)),
             host,
@@ -122,6 +129,7 @@ impl MachineStore {
             me,
             dir: dir.to_owned(),
             duplicates: Arc::new(AtomicU64::new(0)),
+            keeping: Arc::default(),
         })
     }
 
@@ -147,7 +155,7 @@ impl MachineStore {
         let building = self.dir.join("building-seed.tmp");
         flockd_log::save_snapshot(&machine.snapshot(), &building)
             .map_err(|e| io_err(&building, e))?;
-        let kept = self.keep(
+        self.keep(
             &meta,
             &SnapshotData {
                 path: building,
@@ -158,7 +166,6 @@ impl MachineStore {
         let mut inner = self.inner.lock();
         inner.last_applied = meta.last_log_id;
         inner.membership = meta.last_membership.clone();
-        inner.current = Some((meta, kept));
         Ok(())
     }
 
@@ -181,6 +188,41 @@ impl MachineStore {
     /// final name, then the meta file written and renamed over the last one, then the older
     /// data files removed.
     fn keep(&self, meta: &SnapshotMeta, data: &SnapshotData) -> io::Result<SnapshotData> {
+        let one_at_a_time = self.keeping.lock();
+        self.keep_now(&one_at_a_time, meta, data)
+    }
+
+    /// As [`Self::keep`] for a snapshot this node built, unless a later one is current by now:
+    /// an install from the leader that finished while this one was being written. Kept, the
+    /// older one would be what a restart loads, behind a log the install purged up to its own
+    /// position; openraft would then apply the log from the older position on, and the purged
+    /// entries would be missing from the state without a word. `None`: not kept (its file is
+    /// removed).
+    fn keep_built(
+        &self,
+        meta: &SnapshotMeta,
+        data: &SnapshotData,
+    ) -> io::Result<Option<SnapshotData>> {
+        let one_at_a_time = self.keeping.lock();
+        let current = self
+            .inner
+            .lock()
+            .current
+            .as_ref()
+            .and_then(|(current, _)| current.last_log_id);
+        if current.is_some() && current >= meta.last_log_id {
+            let _ = fs::remove_file(&data.path);
+            return Ok(None);
+        }
+        self.keep_now(&one_at_a_time, meta, data).map(Some)
+    }
+
+    fn keep_now(
+        &self,
+        _one_at_a_time: &parking_lot::MutexGuard<'_, ()>,
+        meta: &SnapshotMeta,
+        data: &SnapshotData,
+    ) -> io::Result<SnapshotData> {
         let name = match &meta.last_log_id {
             Some(id) => format!(
                 "snap-{}-{}-{}.aof",
@@ -214,11 +256,14 @@ impl MachineStore {
         fs::File::open(&self.dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| io_err(&self.dir, e))?;
-        remove_strays(&self.dir, Some(&path));
-        Ok(SnapshotData {
+        // Not the unfinished files: a build or a transfer may be writing one.
+        remove_strays(&self.dir, Some(&path), Strays::Older);
+        let kept = SnapshotData {
             path,
             dedup: data.dedup.clone(),
-        })
+        };
+        self.inner.lock().current = Some((meta.clone(), kept.clone()));
+        Ok(kept)
     }
 }
 
@@ -233,8 +278,17 @@ fn load(path: &Path) -> io::Result<StateMachine> {
     Ok(machine)
 }
 
-/// Removes data files other than `keep` (older snapshots, unfinished transfers).
-fn remove_strays(dir: &Path, keep: Option<&Path>) {
+/// Which files [`remove_strays`] removes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Strays {
+    /// Older snapshots.
+    Older,
+    /// Older snapshots and unfinished builds and transfers (at start, when none is running).
+    AndUnfinished,
+}
+
+/// Removes data files other than `keep`.
+fn remove_strays(dir: &Path, keep: Option<&Path>, which: Strays) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
@@ -243,8 +297,8 @@ fn remove_strays(dir: &Path, keep: Option<&Path>) {
         let name = entry.file_name();
         let name = name.to_string_lossy();
         let stray = (name.starts_with("snap-") && name.ends_with(".aof"))
-            || name.starts_with("receiving-")
-            || name.starts_with("building-");
+            || (which == Strays::AndUnfinished
+                && (name.starts_with("receiving-") || name.starts_with("building-")));
         if stray
             && Some(path.as_path()) != keep
             && let Err(e) = fs::remove_file(&path)
@@ -274,23 +328,31 @@ impl RaftSnapshotBuilder<FlockRaft> for MachineStore {
             "building-{}.tmp",
             meta.last_log_id.map_or(0, |id| id.index)
         ));
+        let built = meta.last_log_id;
         let kept = tokio::task::spawn_blocking(move || {
             flockd_log::save_snapshot(&snapshot, &building).map_err(|e| io_err(&building, e))?;
             let file = SnapshotData {
                 path: building,
                 dedup,
             };
-            store.keep(&meta, &file).map(|file| (meta, file))
+            store.keep_built(&meta, &file)
         })
         .await
         .map_err(io::Error::other)??;
-        let (meta, file) = kept;
-        info!(last_log = ?meta.last_log_id, file = %file.path.display(), "snapshot built");
-        self.inner.lock().current = Some((meta.clone(), file.clone()));
-        Ok(openraft::alias::SnapshotOf::<FlockRaft, SnapshotData> {
-            meta,
-            snapshot: file,
-        })
+        if let Some(file) = &kept {
+            info!(last_log = ?built, file = %file.path.display(), "snapshot built");
+        }
+        // Not kept: the later one installed meanwhile is the snapshot.
+        let (meta, snapshot) = self
+            .inner
+            .lock()
+            .current
+            .clone()
+            .ok_or_else(|| io::Error::other("no current snapshot after a build"))?;
+        if kept.is_none() {
+            info!(built = ?built, current = ?meta.last_log_id, "a snapshot built while a later one was installed is dropped");
+        }
+        Ok(openraft::alias::SnapshotOf::<FlockRaft, SnapshotData> { meta, snapshot })
     }
 }
 
@@ -373,7 +435,7 @@ impl RaftStateMachine<FlockRaft> for MachineStore {
         self.host.replace(machine);
         inner.last_applied = meta.last_log_id;
         inner.membership = meta.last_membership.clone();
-        inner.dedup = kept.dedup.clone();
+        inner.dedup = kept.dedup;
         // This node's proposals the snapshot decided will not be applied here: their results
         // are not in it.
         for seq in self.pending.waiting() {
@@ -382,7 +444,6 @@ impl RaftStateMachine<FlockRaft> for MachineStore {
             }
         }
         info!(last_log = ?meta.last_log_id, "installed a snapshot from the leader");
-        inner.current = Some((meta.clone(), kept));
         Ok(())
     }
 
@@ -400,5 +461,91 @@ impl RaftStateMachine<FlockRaft> for MachineStore {
                     snapshot,
                 },
             ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::LeaderId;
+    use flockd_core::{Millis, OpResult, Snapshot};
+
+    /// Only what keeping a snapshot touches.
+    #[derive(Default)]
+    struct Host(parking_lot::RwLock<StateMachine>);
+
+    impl Apply for Host {
+        fn apply(&self, _: &[Entry], _: bool, _: &mut Vec<Vec<OpResult>>) {}
+        fn snapshot(&self) -> Snapshot {
+            self.0.read().snapshot()
+        }
+        fn replace(&self, machine: StateMachine) {
+            *self.0.write() = machine;
+        }
+        fn time(&self) -> Millis {
+            self.0.read().time()
+        }
+    }
+
+    fn open(dir: &Path) -> MachineStore {
+        let me = Me {
+            node: 1,
+            incarnation: 1,
+        };
+        MachineStore::open(dir, Arc::new(Host::default()), Arc::default(), me).unwrap()
+    }
+
+    /// A snapshot file of an empty state, and its meta at log index `index`.
+    fn snapshot_at(store: &MachineStore, index: u64) -> (SnapshotMeta, SnapshotData) {
+        let log_id = LogId {
+            leader_id: LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            index,
+        };
+        let path = store.dir.join(format!("building-{index}.tmp"));
+        flockd_log::save_snapshot(&StateMachine::new().snapshot(), &path).unwrap();
+        let meta = SnapshotMeta {
+            last_log_id: Some(log_id),
+            last_membership: StoredMembership::default(),
+        };
+        let data = SnapshotData {
+            path,
+            dedup: Dedup::default(),
+        };
+        (meta, data)
+    }
+
+    fn current_index(store: &MachineStore) -> Option<u64> {
+        let inner = store.inner.lock();
+        inner
+            .current
+            .as_ref()
+            .and_then(|(m, _)| m.last_log_id.map(|id| id.index))
+    }
+
+    #[test]
+    fn a_build_that_ends_after_a_later_install_is_not_kept() {
+        let dir = std::env::temp_dir().join(format!("flockd-keep-built-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let store = open(&dir);
+        // A build of the state at 5 starts; an install of the leader's snapshot at 9 ends
+        // while its file is written; then the build ends.
+        let (built_meta, built) = snapshot_at(&store, 5);
+        let (installed_meta, installed) = snapshot_at(&store, 9);
+        store.keep(&installed_meta, &installed).unwrap();
+        assert!(store.keep_built(&built_meta, &built).unwrap().is_none());
+        assert_eq!(current_index(&store), Some(9));
+        assert!(!built.path.exists(), "the dropped build's file is removed");
+        // A later build is kept.
+        let (later_meta, later) = snapshot_at(&store, 12);
+        assert!(store.keep_built(&later_meta, &later).unwrap().is_some());
+        assert_eq!(current_index(&store), Some(12));
+        drop(store);
+        // What a restart loads: the latest, never one behind the purged log.
+        let reopened = open(&dir);
+        assert_eq!(current_index(&reopened), Some(12));
+        let _ = fs::remove_dir_all(&dir);
     }
 }
