@@ -68,6 +68,9 @@ pub enum OpenError {
     /// The fault harness's sync-delay file is unusable (see `raft::test_sync_delay`).
     #[error("{0}")]
     TestSyncDelay(String),
+    /// `FLOCKD_TEST_SNAPSHOT_EVERY` is not a number in range (see `raft::snapshot_every`).
+    #[error("{0}")]
+    TestSnapshotEvery(String),
 }
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -41,6 +41,7 @@ pub async fn open(
         .iter()
         .find(|p| p.id == cluster.node_id)
         .map_or(config.port.saturating_add(10000), |p| p.cport);
+    let (snapshot_every, log_kept_after_snapshot) = snapshot_every()?;
     let settings = flockd_raft::ClusterSettings {
         node_id: cluster.node_id,
         peers: cluster.peers.clone(),
@@ -50,8 +51,8 @@ pub async fn open(
         heartbeat_ms: cluster.heartbeat_ms,
         election_timeout_ms: cluster.election_timeout_ms,
         wait_leader_ms: cluster.wait_leader_ms,
-        snapshot_every: 50_000,
-        log_kept_after_snapshot: 1000,
+        snapshot_every,
+        log_kept_after_snapshot,
         sync_delay_ms: test_sync_delay()?,
     };
     let groups = cluster.groups;
@@ -174,6 +175,29 @@ fn test_sync_delay() -> Result<Arc<std::sync::atomic::AtomicU64>, OpenError> {
         }
     });
     Ok(delay)
+}
+
+/// A Raft snapshot every this many log entries, and this many kept after it: 50,000 and 1,000,
+/// unless the test-only `FLOCKD_TEST_SNAPSHOT_EVERY` says how many (100 to 1,000,000; a tenth
+/// of it is kept), so that a fault run shorter than 50,000 entries builds snapshots, sends them
+/// to followers that fell behind and restarts nodes from them. An environment variable, not a
+/// config key, for the same reason as the sync delay.
+fn snapshot_every() -> Result<(u64, u64), OpenError> {
+    const VAR: &str = "FLOCKD_TEST_SNAPSHOT_EVERY";
+    let Some(text) = std::env::var_os(VAR) else {
+        return Ok((50_000, 1000));
+    };
+    let every = text
+        .to_str()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        .filter(|n| (100..=1_000_000).contains(n))
+        .ok_or_else(|| {
+            OpenError::TestSnapshotEvery(format!(
+                "{VAR} must be a number of log entries from 100 to 1000000, not {text:?}"
+            ))
+        })?;
+    tracing::warn!("{VAR} is set: a Raft snapshot every {every} log entries (a test setting)");
+    Ok((every, every / 10))
 }
 
 /// The milliseconds in the test sync-delay file: 0 without the file, an error for anything but

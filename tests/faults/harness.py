@@ -10,6 +10,8 @@ majority/minority split (nftables drop rules in the nodes' namespaces); a follow
 wiped, the node replaced under a new id with FLOCK.CLUSTER REMOVE / ADD; a slow disk on one
 node (a delay before every Raft log sync, behind the test-only FLOCKD_TEST_SYNC_DELAY_FILE);
 two of those at once on two nodes (`combined`: on 3 nodes no majority is left).
+`--snapshot-every N` makes the nodes snapshot every N log entries (a short run writes far fewer
+than the default 50,000), so the faults also meet snapshots built, sent and restarted from.
 `--mode loopback` runs the faults that need no namespaces (kills, pauses, wipes, slow disks)
 with every node on 127.0.0.1.
 
@@ -1170,6 +1172,10 @@ def main():
                     help="seconds a pause, a cut or a combined fault lasts (default: 3 election "
                     "timeouts for a pause, 2.5 s for the others); longer than "
                     "cluster-wait-leader-ms, commands wait out the limit under the fault")
+    ap.add_argument("--snapshot-every", type=int,
+                    help="a Raft snapshot every this many log entries (the nodes' test-only "
+                    "FLOCKD_TEST_SNAPSHOT_EVERY; default 50,000, more than a short run writes), "
+                    "so that the faults meet snapshots built, sent and restarted from")
     ap.add_argument("--self-test", action="store_true",
                     help="only check the checker against hand-made histories")
     args = ap.parse_args()
@@ -1178,6 +1184,8 @@ def main():
         print("checker self-test: every violation found, none in the clean history")
         return
 
+    if args.snapshot_every is not None:
+        os.environ["FLOCKD_TEST_SNAPSHOT_EVERY"] = str(args.snapshot_every)  # the nodes inherit it
     wait_leader_s, slack_s = args.wait_leader_ms / 1000.0, args.late_slack_ms / 1000.0
     if args.client_timeout < wait_leader_s + slack_s + 2.0:
         sys.exit(f"--client-timeout {args.client_timeout:g} s: keep it at least 2 s above the "
