@@ -911,11 +911,34 @@ class Controller:
         except Failure as e:
             self.convergence_failures.append(
                 ("healing", f"{kind} round {number}: {e}", []))
+            self.log(f"round {number}: not converged; each node's view of every name:\n"
+                     + self.views())
             w["converged"] = None
         finally:
             self.clients.resume()
         self.log(f"round {number:3d} {kind:18s} fault {w['t1'] - w['t0']:5.2f} s, "
                  f"healed in {(w['converged'] or float('nan')) * 1000:5.0f} ms")
+
+    def views(self):
+        """Each node's own FLOCK.STATUS of every name (last-token/token, as a read there sees
+        it), one line per name: what differs when the nodes' digests do."""
+        lines = []
+        for name in self.clients.names:
+            seen = []
+            for n in self.cluster.nodes:
+                try:
+                    st = n.call("FLOCK.STATUS", name, timeout=2.0)
+                    if isinstance(st, dict):
+                        f = {(k.decode() if isinstance(k, bytes) else k): v
+                             for k, v in st.items()}
+                    else:
+                        it = iter(st)
+                        f = {k.decode(): v for k, v in zip(it, it)}
+                    seen.append(f"{int(f['last-token'])}/{f['token']}")
+                except Exception as e:  # a node that does not answer says so
+                    seen.append(f"({type(e).__name__})")
+            lines.append(f"  {name}: " + "  ".join(seen))
+        return "\n".join(lines)
 
     def combined(self, w, leader, followers):
         """Two faults at once on two nodes (the leader one time in two): each killed, paused
