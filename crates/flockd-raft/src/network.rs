@@ -296,9 +296,13 @@ impl Connection {
     /// two as readily as any: an append whose last entry the leader never sent. So the writer
     /// is shut down and dropped, and the calls waiting behind it write nothing.
     async fn send_frame(&self, bytes: &[u8], deadline: Instant) -> Sent {
-        let Ok(mut slot) = tokio::time::timeout_at(deadline.into(), self.writer.lock()).await
-        else {
-            return Sent::NotWritten;
+        // Uncontended (nearly always), the lock is taken without arming a timer.
+        let mut slot = match self.writer.try_lock() {
+            Ok(slot) => slot,
+            Err(_) => match tokio::time::timeout_at(deadline.into(), self.writer.lock()).await {
+                Ok(slot) => slot,
+                Err(_) => return Sent::NotWritten,
+            },
         };
         let Some(writer) = slot.as_mut() else {
             return Sent::Closed;
@@ -435,9 +439,14 @@ impl PeerClient {
     async fn connected(&self, deadline: Instant) -> Result<Arc<Connection>, NetError> {
         let timeout = deadline.saturating_duration_since(Instant::now());
         // Another call may be connecting: its wait is bounded by its own deadline, not ours.
-        let Ok(mut slot) = tokio::time::timeout_at(deadline.into(), self.connection.lock()).await
-        else {
-            return Err(self.timed_out(timeout));
+        let mut slot = match self.connection.try_lock() {
+            Ok(slot) => slot,
+            Err(_) => {
+                match tokio::time::timeout_at(deadline.into(), self.connection.lock()).await {
+                    Ok(slot) => slot,
+                    Err(_) => return Err(self.timed_out(timeout)),
+                }
+            }
         };
         if let Some(connection) = slot.as_ref()
             && !connection.dead.load(Ordering::Acquire)
