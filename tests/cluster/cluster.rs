@@ -882,6 +882,53 @@ fn a_whole_cluster_restarted_keeps_its_locks_and_rearms_their_leases() {
     );
 }
 
+/// A leader killed together with a follower (the third node alone has no majority and, with
+/// pre-vote, keeps the term) must win a new election when it is started again, not take up
+/// its old term at once: entries it had sent before syncing them may be gone from its log, and
+/// leading on in that term it would write other entries under the same (term, index) than the
+/// ones the followers kept. The fault harness saw exactly that: after a combined round the
+/// replicas' states differed at one applied index and a token was granted twice.
+#[test]
+fn a_leader_killed_and_started_again_leads_only_after_a_new_election() {
+    let mut cluster = Cluster::start(NODES);
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    // Some entries of its term, so its log has a tail to lose.
+    for i in 0..20 {
+        cluster.call(leader, &["FLOCK.ACQUIRE", &format!("tail-{i}"), "60000"]);
+    }
+    let term_of = |cluster: &Cluster, i: usize| -> u64 {
+        cluster
+            .replication(i)
+            .get("raft_term")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0)
+    };
+    let before = term_of(&cluster, leader);
+    assert!(before > 0, "no term on the leader\n{}", cluster.logs());
+    let follower = (leader + 1) % NODES;
+    cluster.kill(leader);
+    cluster.kill(follower);
+    cluster.start_node(leader);
+    let again = cluster.wait_for_leader(Duration::from_secs(20));
+    let after = term_of(&cluster, again);
+    assert!(
+        after > before,
+        "node {} leads in term {after}, the term led before the kill ({before}): a restarted \
+         leader took its old term up again\n{}",
+        again + 1,
+        cluster.logs()
+    );
+    cluster.start_node(follower);
+    cluster.wait_for_leader(Duration::from_secs(20));
+    for i in 0..20 {
+        assert_eq!(
+            cluster.call(follower, &["FLOCK.ACQUIRE", &format!("tail-{i}"), "1000"]),
+            "$-1\r\n",
+            "tail-{i} is held"
+        );
+    }
+}
+
 /// The full log of node `i`.
 fn log_of(cluster: &Cluster, i: usize) -> String {
     cluster.nodes[i]

@@ -343,6 +343,14 @@ async fn start_group(
         // leader's sync and the followers' run at the same time (a commit still needs a
         // majority of synced copies, the leader's own counted only once it is synced).
         broadcast_submitted_on_append: Some(true),
+        // A leader started again campaigns like any node instead of taking up its old term at
+        // once (openraft's default). Entries it had sent before they were synced here can be
+        // gone from its log after a kill; leading on in the same term it would write other
+        // entries under the same (term, index), and a follower that kept the first ones takes
+        // them as matching: two replicas with different states at one applied index, and a
+        // token granted twice (seen in the fault harness after a leader and a follower were
+        // killed together). A new term makes the followers replace what it lost.
+        enable_leader_restore: Some(false),
         // A follower whose log went back is caught up from scratch with a snapshot. A wiped
         // dir is refused at the hello (crate::identity), but a dir restored from an older
         // copy of itself keeps its dir id. Without this, openraft's leader trips a debug
