@@ -54,6 +54,7 @@ pub async fn open(
         snapshot_every,
         log_kept_after_snapshot,
         sync_delay_ms: test_sync_delay()?,
+        apply_trace: test_apply_trace(),
     };
     let groups = cluster.groups;
     // Group 0's state is the one `new_applied` makes (it configures the node's pub/sub); the
@@ -198,6 +199,20 @@ fn snapshot_every() -> Result<(u64, u64), OpenError> {
         })?;
     tracing::warn!("{VAR} is set: a Raft snapshot every {every} log entries (a test setting)");
     Ok((every, every / 10))
+}
+
+/// Whether the test-only `FLOCKD_TEST_APPLY_TRACE` asks each group for a line per applied entry
+/// in its dir (see `flockd_raft::apply_trace`): the fault harness sets it, to show where the
+/// replicas part when their states differ.
+fn test_apply_trace() -> bool {
+    const VAR: &str = "FLOCKD_TEST_APPLY_TRACE";
+    let on = std::env::var_os(VAR).is_some_and(|v| !v.is_empty() && v != "0");
+    if on {
+        tracing::warn!(
+            "{VAR} is set: every applied Raft entry is written to a trace file (a test setting)"
+        );
+    }
+    on
 }
 
 /// The milliseconds in the test sync-delay file: 0 without the file, an error for anything but

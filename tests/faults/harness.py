@@ -94,6 +94,46 @@ def now():
     return time.monotonic()
 
 
+def apply_parting(nodes, shown=3):
+    """Where the nodes' apply traces (test-only FLOCKD_TEST_APPLY_TRACE: a line per entry each
+    group applied, in the group's dir) first disagree: per group, the first `shown` log indexes
+    at which two nodes (or one node before and after a restart) applied different entries or
+    got different results, with each variant's nodes."""
+    out = []
+    groups = {}
+    for slot, node in enumerate(nodes):
+        raft = os.path.join(node.dir, "raft")
+        others = sorted(d for d in os.listdir(raft) if d.startswith("group-")) \
+            if os.path.isdir(raft) else []
+        # the first group keeps its files in raft/ itself, each other one in raft/group-N/
+        places = [("group-1", raft)] + [(d, os.path.join(raft, d)) for d in others]
+        for group, place in places:
+            path = os.path.join(place, "applied.trace")
+            if not os.path.exists(path):
+                continue
+            seen = groups.setdefault(group, {})
+            run = 0
+            with open(path, errors="replace") as f:
+                for line in f:
+                    words = line.rstrip("\n").split(" ", 2)
+                    if words[0] == "START":
+                        run += 1
+                    elif words[0] == "APPLY" and len(words) == 3 and words[1].isdigit():
+                        who = seen.setdefault(int(words[1]), {})
+                        who.setdefault(words[2], []).append(f"node {node.id} (run {run})")
+    for group, seen in sorted(groups.items()):
+        parted = [i for i in sorted(seen) if len(seen[i]) > 1]
+        if not parted:
+            out.append(f"  {group}: the apply traces agree on every index ({len(seen)} seen)")
+            continue
+        out.append(f"  {group}: the apply traces differ at {len(parted)} of {len(seen)} "
+                   f"indexes, first at:")
+        for index in parted[:shown]:
+            for line, who in seen[index].items():
+                out.append(f"    {index} {', '.join(who)}: {line[:400]}")
+    return "\n".join(out) or "  (no apply traces)"
+
+
 def sh(*args, check=True, input=None):
     return subprocess.run(
         list(args), check=check, input=input, capture_output=True, text=True, timeout=30
@@ -206,8 +246,10 @@ class Node:
             cmd += ["--cluster-wait-leader-ms", str(self.wait_leader_ms)]
         if self.ns:
             cmd = ["ip", "netns", "exec", self.ns] + cmd  # ip execs flockd: the pid is flockd's
+        # FLOCKD_TEST_APPLY_TRACE: a line per applied entry in each group's dir, compared when
+        # the nodes' states differ (apply_parting).
         env = dict(os.environ, FLOCKD_LOG_LEVEL="info,openraft=warn",
-                   FLOCKD_TEST_SYNC_DELAY_FILE=self.slow_file)
+                   FLOCKD_TEST_SYNC_DELAY_FILE=self.slow_file, FLOCKD_TEST_APPLY_TRACE="1")
         log = open(self.log_path, "a")
         log.write(f"--- start {time.strftime('%H:%M:%S')} id {self.id}\n")
         log.flush()
@@ -912,7 +954,7 @@ class Controller:
             self.convergence_failures.append(
                 ("healing", f"{kind} round {number}: {e}", []))
             self.log(f"round {number}: not converged; each node's view of every name:\n"
-                     + self.views())
+                     + self.views() + "\n" + apply_parting(self.cluster.nodes))
             w["converged"] = None
         finally:
             self.clients.resume()
@@ -1148,6 +1190,32 @@ def self_test():
            paused["all"]["n"])
     if got != (8, 1, 1, 1, 1, 3):
         sys.exit(f"checker self-test: answer-time histogram {got}, expected (8, 1, 1, 1, 1, 3)")
+    # the apply traces: a node that applied another entry at an index is named there; a
+    # restart that applies an index again the same way is not a difference
+    root = tempfile.mkdtemp(prefix="flockd-traces-")
+    try:
+        nodes = []
+        traces = [["START 5 pid 1", "APPLY 6 3.2 blank", "START 5 pid 4", "APPLY 6 3.2 blank",
+                   "APPLY 7 3.2 x"],
+                  ["START - pid 2", "APPLY 6 3.2 acquire", "APPLY 7 3.2 x"],
+                  ["START - pid 3", "APPLY 6 3.2 blank"]]
+        for number, lines in enumerate(traces, start=1):
+            node = argparse.Namespace(id=number, dir=os.path.join(root, f"node{number}"))
+            os.makedirs(os.path.join(node.dir, "raft", "group-2"))
+            with open(os.path.join(node.dir, "raft", "applied.trace"), "w") as f:
+                f.write("\n".join(lines) + "\n")
+            with open(os.path.join(node.dir, "raft", "group-2", "applied.trace"), "w") as f:
+                f.write("START - pid 9\nAPPLY 1 1.1 blank\n")
+            nodes.append(node)
+        got = apply_parting(nodes).splitlines()
+        want = ["  group-1: the apply traces differ at 1 of 2 indexes, first at:",
+                "    6 node 1 (run 1), node 1 (run 2), node 3 (run 1): 3.2 blank",
+                "    6 node 2 (run 1): 3.2 acquire",
+                "  group-2: the apply traces agree on every index (1 seen)"]
+        if got != want:
+            sys.exit(f"checker self-test: apply traces compared as {got}, expected {want}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- main

@@ -15,7 +15,10 @@
 //!   connection, where a group's requests are tagged with its number): proposing (forwarding to the leader, retrying after a leader
 //!   change), taking office, membership, and the view ROLE and INFO show; [`counters`], what
 //!   it counts for the metrics port.
+//! * [`apply_trace`]: test-only, a line per applied entry, for the fault harness to show where
+//!   replicas part.
 
+pub mod apply_trace;
 pub mod counters;
 pub mod dedup;
 pub mod error;

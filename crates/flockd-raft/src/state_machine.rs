@@ -20,6 +20,7 @@ use tracing::{info, warn};
 
 use flockd_log::{Apply, Entry};
 
+use crate::apply_trace::{ApplyTrace, Index, Position};
 use crate::dedup::Dedup;
 use crate::pending::PendingTable;
 use crate::types::{FlockRaft, LogId, NodeId, RaftResponse, SnapshotMeta, StoredMembership};
@@ -66,6 +67,8 @@ pub struct MachineStore {
     /// Held while a snapshot is made the current one (its files and `Inner::current`): a build
     /// (a task of its own, see `build_snapshot`) and an install may finish at the same time.
     keeping: Arc<Mutex<()>>,
+    /// Test-only ([`crate::apply_trace`]).
+    trace: Option<Arc<ApplyTrace>>,
 }
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> io::Error {
@@ -130,7 +133,25 @@ impl MachineStore {
             dir: dir.to_owned(),
             duplicates: Arc::new(AtomicU64::new(0)),
             keeping: Arc::default(),
+            trace: None,
         })
+    }
+
+    /// Test-only: from now on every applied entry and every snapshot gets a line in `trace`,
+    /// which starts with the position this node starts from.
+    pub fn trace_to(&mut self, trace: ApplyTrace) {
+        trace.line(format_args!(
+            "START {} pid {}",
+            Index(self.inner.lock().last_applied),
+            std::process::id()
+        ));
+        self.trace = Some(Arc::new(trace));
+    }
+
+    fn trace(&self, line: std::fmt::Arguments<'_>) {
+        if let Some(trace) = &self.trace {
+            trace.line(line);
+        }
     }
 
     /// Entries this node applied as no-ops because their proposal had taken effect already
@@ -329,6 +350,7 @@ impl RaftSnapshotBuilder<FlockRaft> for MachineStore {
             meta.last_log_id.map_or(0, |id| id.index)
         ));
         let built = meta.last_log_id;
+        self.trace(format_args!("BUILD {}", Index(built)));
         let kept = tokio::task::spawn_blocking(move || {
             flockd_log::save_snapshot(&snapshot, &building).map_err(|e| io_err(&building, e))?;
             let file = SnapshotData {
@@ -373,8 +395,14 @@ impl RaftStateMachine<FlockRaft> for MachineStore {
             let log_id = entry.log_id;
             let mut inner = self.inner.lock();
             match entry.payload {
-                EntryPayload::Blank => {}
+                EntryPayload::Blank => {
+                    self.trace(format_args!("APPLY {} blank", Position(&log_id)));
+                }
                 EntryPayload::Membership(membership) => {
+                    self.trace(format_args!(
+                        "APPLY {} membership {membership:?}",
+                        Position(&log_id)
+                    ));
                     inner.membership = StoredMembership::new(Some(log_id), membership);
                 }
                 EntryPayload::Normal(proposal) => {
@@ -396,11 +424,23 @@ impl RaftStateMachine<FlockRaft> for MachineStore {
                             &mut results,
                         );
                         let results = results.pop().unwrap_or_default();
+                        self.trace(format_args!(
+                            "APPLY {} {:?} at {} ops {:?} results {results:?}",
+                            Position(&log_id),
+                            proposal.origin,
+                            at.0,
+                            applied.ops
+                        ));
                         if proposed_here {
                             self.pending.resolve(proposal.origin.seq, Ok(results));
                         }
                     } else {
                         self.duplicates.fetch_add(1, Ordering::Relaxed);
+                        self.trace(format_args!(
+                            "APPLY {} {:?} duplicate",
+                            Position(&log_id),
+                            proposal.origin
+                        ));
                     }
                 }
             }
@@ -444,6 +484,7 @@ impl RaftStateMachine<FlockRaft> for MachineStore {
             }
         }
         info!(last_log = ?meta.last_log_id, "installed a snapshot from the leader");
+        self.trace(format_args!("INSTALL {}", Index(meta.last_log_id)));
         Ok(())
     }
 

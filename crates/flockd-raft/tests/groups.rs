@@ -56,6 +56,7 @@ fn settings(id: u64, dir: &Path) -> ClusterSettings {
         snapshot_every: 1_000_000,
         log_kept_after_snapshot: 1000,
         sync_delay_ms: Default::default(),
+        apply_trace: false,
     }
 }
 

@@ -123,6 +123,7 @@ impl TestCluster {
             snapshot_every: self.snapshot_every,
             log_kept_after_snapshot: self.log_kept_after_snapshot,
             sync_delay_ms: Default::default(),
+            apply_trace: false,
         };
         let host = Arc::new(PlainHost::default());
         let endpoint = Arc::new(self.network.endpoint(&self.node(id).addr));

@@ -40,6 +40,7 @@ use openraft::{ChangeMembers, Config, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
+use crate::apply_trace::ApplyTrace;
 use crate::counters::{RaftCounters, RaftStats};
 use crate::error::StartError;
 use crate::identity::{Identities, Identity};
@@ -90,6 +91,8 @@ pub struct ClusterSettings {
     /// Test-only: milliseconds waited before each synced log write, to play a slow disk in
     /// fault tests (the harness may change it while the node runs). Zero otherwise.
     pub sync_delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// Test-only: each group writes a line per applied entry ([`crate::apply_trace`]).
+    pub apply_trace: bool,
 }
 
 /// The file in a multi-group node's dir that says how many groups its data was made with (a
@@ -284,10 +287,13 @@ async fn start_group(
     let pristine = log.is_pristine().map_err(io_at(&log_dir))?;
     let pending = Arc::new(PendingTable::default());
     let snapshot_dir = dir.join("snapshot");
-    let store = tokio::task::block_in_place(|| {
+    let mut store = tokio::task::block_in_place(|| {
         MachineStore::open(&snapshot_dir, host.clone(), pending.clone(), me)
     })
     .map_err(io_at(&snapshot_dir))?;
+    if settings.apply_trace {
+        store.trace_to(ApplyTrace::open(&dir).map_err(io_at(&dir))?);
+    }
     let mut pristine = pristine && !store.has_snapshot();
     if let Some(machine) = seed
         && pristine
