@@ -27,9 +27,11 @@ impl ArgLimits {
     }
 }
 
-pub struct Args {
+/// Borrows the request's arguments (the slow log keeps the request itself, uncopied); an
+/// argument a command keeps is cloned out (a reference count) or copied.
+pub struct Args<'a> {
     command: &'static str,
-    items: std::vec::IntoIter<Bytes>,
+    items: std::slice::Iter<'a, Bytes>,
     pub limits: ArgLimits,
     /// The next keyword names a subcommand, not an option (a container command's first word).
     subcommand_next: bool,
@@ -38,10 +40,10 @@ pub struct Args {
     in_options: bool,
 }
 
-impl Args {
+impl<'a> Args<'a> {
     /// `argv` includes the command name, which is skipped.
-    pub fn new(command: &'static str, argv: Vec<Bytes>, limits: ArgLimits) -> Args {
-        let mut items = argv.into_iter();
+    pub fn new(command: &'static str, argv: &'a [Bytes], limits: ArgLimits) -> Args<'a> {
+        let mut items = argv.iter();
         items.next();
         Args {
             command,
@@ -53,7 +55,7 @@ impl Args {
     }
 
     /// Arguments of a command with subcommands: its first keyword is the subcommand's name.
-    pub fn with_subcommand(mut self) -> Args {
+    pub fn with_subcommand(mut self) -> Args<'a> {
         self.subcommand_next = true;
         self
     }
@@ -61,14 +63,13 @@ impl Args {
     /// A lock name (fence key, owner id: see [`Args::next_name`]) within the configured size.
     /// Copied out of the read buffer: a name kept in the table must not pin a whole read.
     pub fn next_lock_name(&mut self, what: &'static str) -> Result<Bytes, CommandError> {
-        self.next_name(what, self.limits.max_name_bytes)
-            .map(|name| Bytes::copy_from_slice(&name))
+        self.next_name_ref(what, self.limits.max_name_bytes)
+            .map(|name| Bytes::copy_from_slice(name))
     }
 
     /// A value to keep (FENCE.SET), copied out of the read buffer for the same reason.
     pub fn next_owned_bytes(&mut self) -> Result<Bytes, CommandError> {
-        self.next_bytes()
-            .map(|value| Bytes::copy_from_slice(&value))
+        self.next_ref().map(|value| Bytes::copy_from_slice(value))
     }
 
     pub fn next_lease(&mut self) -> Result<u64, CommandError> {
@@ -84,11 +85,15 @@ impl Args {
     }
 
     pub fn next_opt(&mut self) -> Option<Bytes> {
-        self.items.next()
+        self.items.next().cloned()
     }
 
     /// The next argument; a missing one is an arity error (the table's arity could not say).
     pub fn next_bytes(&mut self) -> Result<Bytes, CommandError> {
+        self.next_ref().cloned()
+    }
+
+    fn next_ref(&mut self) -> Result<&'a Bytes, CommandError> {
         match self.items.next() {
             Some(item) => Ok(item),
             None if self.in_options => Err(CommandError::Syntax),
@@ -98,7 +103,11 @@ impl Args {
 
     /// A lock name, fence key or owner id: non-empty and at most `max` bytes.
     pub fn next_name(&mut self, what: &'static str, max: usize) -> Result<Bytes, CommandError> {
-        let name = self.next_bytes()?;
+        self.next_name_ref(what, max).cloned()
+    }
+
+    fn next_name_ref(&mut self, what: &'static str, max: usize) -> Result<&'a Bytes, CommandError> {
+        let name = self.next_ref()?;
         if name.is_empty() || name.len() > max {
             return Err(CommandError::BadName { what, max });
         }
@@ -111,14 +120,14 @@ impl Args {
         what: &'static str,
         range: RangeInclusive<u64>,
     ) -> Result<u64, CommandError> {
-        let raw = self.next_bytes()?;
-        int_in_range(&raw, what, range)
+        let raw = self.next_ref()?;
+        int_in_range(raw, what, range)
     }
 
     /// A SCAN-style cursor: a decimal 0..=2^64-1, anything else `-ERR invalid cursor` as Redis.
     pub fn next_cursor(&mut self) -> Result<u64, CommandError> {
-        let raw = self.next_bytes()?;
-        std::str::from_utf8(&raw)
+        let raw = self.next_ref()?;
+        std::str::from_utf8(raw)
             .ok()
             .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|s| s.parse::<u64>().ok())
@@ -133,7 +142,7 @@ impl Args {
         } else {
             self.in_options = true;
         }
-        Some(String::from_utf8_lossy(&keyword).to_ascii_uppercase())
+        Some(String::from_utf8_lossy(keyword).to_ascii_uppercase())
     }
 
     /// Errors if arguments are left over.

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flockd_core::{Millis, Op, OpResult, StateMachine, WaitId};
+use flockd_core::{Op, OpResult, StateMachine, WaitId};
 use flockd_proto::{ProtocolVersion, Reply};
 use parking_lot::RwLockReadGuard;
 
@@ -119,8 +119,6 @@ pub struct Ctx<'a> {
     /// What the command may use of the server.
     pub server: &'a dyn Server,
     pub conn: &'a mut ConnState,
-    /// Log time now: what reads compare leases against.
-    pub now: Millis,
 }
 
 impl Ctx<'_> {

@@ -155,7 +155,7 @@ fn read<T: OpCommand>(cmd: T, ctx: &mut Ctx<'_>) -> CommandResult {
     let read = read_of(cmd)?;
     let group = ctx.server.group_of(read.key());
     match group.log.read_point() {
-        None => read_now::<T>(read, &group.applied, ctx.now),
+        None => read_now::<T>(read, &group.applied, group.log.now()),
         Some(point) => read_at::<T>(point, read, group.applied.clone()),
     }
 }
@@ -337,14 +337,14 @@ pub fn lookup(name: &[u8]) -> Option<usize> {
 }
 
 /// Checks arity and parses the arguments of the command at `index` in [`TABLE`].
-pub fn parse(index: usize, argv: Vec<Bytes>, limits: ArgLimits) -> Result<Command, CommandError> {
+pub fn parse(index: usize, argv: &[Bytes], limits: ArgLimits) -> Result<Command, CommandError> {
     let meta = &TABLE[index];
     if !meta.arity_ok(argv.len()) {
         return Err(CommandError::WrongArity(meta.name.into()));
     }
     // As in Redis, a subcommand's own arity is checked before it parses: `CLIENT KILL` with no
     // filter is an error, never a filter that matches every client.
-    if let Some(sub) = meta.subcommand(&argv)
+    if let Some(sub) = meta.subcommand(argv)
         && !meta::arity_ok(sub.arity, argv.len())
     {
         return Err(CommandError::WrongArity(sub.name.into()));

@@ -62,7 +62,12 @@ const REMOVED_NODE_COMMANDS: &[&str] = &[
     "shutdown",
 ];
 
-pub fn admit(shared: &Shared, config: &Config, conn: &mut ConnState, request: Request) -> Admitted {
+pub fn admit(
+    shared: &Shared,
+    config: &Config,
+    conn: &mut ConnState,
+    request: &Request,
+) -> Admitted {
     if looks_like_http(&request.args[0]) {
         refuse_http(shared, conn);
         return Admitted::Drop;
@@ -136,7 +141,7 @@ pub fn admit(shared: &Shared, config: &Config, conn: &mut ConnState, request: Re
     if let Some(moved) = routing::redirect(&*shared.log, config, conn, meta, &request.args) {
         return Admitted::Refused(moved);
     }
-    let command = match commands::parse(index, request.args, commands::ArgLimits::of(config)) {
+    let command = match commands::parse(index, &request.args, commands::ArgLimits::of(config)) {
         Ok(command) => command,
         // As in Redis, a subcommand the command lacks is no call of it, not even a rejected one.
         Err(e @ CommandError::UnknownSubcommand { .. }) => {

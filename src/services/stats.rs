@@ -266,17 +266,14 @@ const SLOWLOG_MAX_STRING: usize = 128;
 /// A command's arguments as received, captured before parsing consumes them, as far as the slow
 /// log could show them: the first 32 and how many there were.
 pub struct SlowArgs {
-    head: Vec<Bytes>,
-    argc: usize,
+    argv: Vec<Bytes>,
 }
 
 impl SlowArgs {
-    /// `None` when the slow log is off (nothing is copied then).
-    pub fn capture(config: &Config, argv: &[Bytes]) -> Option<SlowArgs> {
-        (config.slowlog_log_slower_than >= 0).then(|| SlowArgs {
-            head: argv[..argv.len().min(SLOWLOG_MAX_ARGC)].to_vec(),
-            argc: argv.len(),
-        })
+    /// The request's own arguments, kept as they are (no copy: they are only read should the
+    /// call turn out slow); `None` when the slow log is off.
+    pub fn capture(config: &Config, argv: Vec<Bytes>) -> Option<SlowArgs> {
+        (config.slowlog_log_slower_than >= 0).then_some(SlowArgs { argv })
     }
 
     /// The arguments as the slow log keeps them, in Redis's words: secrets replaced by
@@ -284,16 +281,17 @@ impl SlowArgs {
     /// over 128 bytes cut to 128 and `... (N more bytes)`. Copied: an entry must not pin a read
     /// buffer.
     fn for_log(&self) -> Vec<Bytes> {
-        let keep = if self.argc > SLOWLOG_MAX_ARGC {
+        let argc = self.argv.len();
+        let keep = if argc > SLOWLOG_MAX_ARGC {
             SLOWLOG_MAX_ARGC - 1
         } else {
-            self.argc
+            argc
         };
-        let mut args: Vec<Bytes> = self.head[..keep]
+        let mut args: Vec<Bytes> = self.argv[..keep]
             .iter()
             .enumerate()
             .map(|(i, arg)| {
-                if redacted(&self.head, i) {
+                if redacted(&self.argv, i) {
                     Bytes::from_static(b"(redacted)")
                 } else if arg.len() > SLOWLOG_MAX_STRING {
                     let mut cut = arg[..SLOWLOG_MAX_STRING].to_vec();
@@ -306,11 +304,8 @@ impl SlowArgs {
                 }
             })
             .collect();
-        if keep < self.argc {
-            args.push(Bytes::from(format!(
-                "... ({} more arguments)",
-                self.argc - keep
-            )));
+        if keep < argc {
+            args.push(Bytes::from(format!("... ({} more arguments)", argc - keep)));
         }
         args
     }
@@ -633,10 +628,8 @@ mod tests {
     }
 
     fn args(list: &[&[u8]]) -> SlowArgs {
-        let argv: Vec<Bytes> = list.iter().map(|a| Bytes::copy_from_slice(a)).collect();
         SlowArgs {
-            head: argv[..argv.len().min(SLOWLOG_MAX_ARGC)].to_vec(),
-            argc: argv.len(),
+            argv: list.iter().map(|a| Bytes::copy_from_slice(a)).collect(),
         }
     }
 

@@ -137,7 +137,7 @@ pub fn proposal_of(
         return Err(commands::unknown_command(&request.args));
     };
     let command =
-        commands::parse(index, request.args, limits).map_err(|e| Reply::error(e.to_string()))?;
+        commands::parse(index, &request.args, limits).map_err(|e| Reply::error(e.to_string()))?;
     command
         .into_proposal(CLIENT_ID)
         .map_err(|other: Command| Reply::error(format!("ERR {other:?} proposes nothing")))

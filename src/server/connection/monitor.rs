@@ -37,7 +37,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                             let mut ctx = Ctx {
                                 server: &*self.shared,
                                 conn: &mut self.conn,
-                                now: shared.log.now(),
                             };
                             if let Ok(Outcome::Reply(reply) | Outcome::Discard(reply)) =
                                 LocalCommand::run(Reset, &mut ctx)

@@ -134,10 +134,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     async fn handle(&mut self, request: Request) -> std::io::Result<Next> {
         let arrived = Instant::now();
         let config = self.shared.config.load();
-        // For the slow log: parsing consumes the arguments.
-        let args = stats::SlowArgs::capture(&config, &request.args);
         let request_bytes: usize = request.args.iter().map(Bytes::len).sum();
-        let admitted = admission::admit(&self.shared, &config, &mut self.conn, request);
+        let admitted = admission::admit(&self.shared, &config, &mut self.conn, &request);
+        // The slow log keeps the request's arguments (the command took what it needs).
+        let args = stats::SlowArgs::capture(&config, request.args);
         drop(config);
         let (index, command) = match admitted {
             Admitted::Command { index, command } => (index, command),
@@ -170,11 +170,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             self.resolve().await;
             started = Instant::now();
         }
-        let now = self.shared.log.now();
         let mut ctx = Ctx {
             server: &*self.shared,
             conn: &mut self.conn,
-            now,
         };
         match command.execute(&mut ctx) {
             Execution::Local(result) => {

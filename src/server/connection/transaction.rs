@@ -136,7 +136,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     let mut ctx = Ctx {
                         server: &*self.shared,
                         conn: &mut self.conn,
-                        now: self.shared.log.now(),
                     };
                     let reply = match command.execute(&mut ctx) {
                         Execution::Local(Ok(Outcome::Reply(reply))) => reply,
