@@ -7,6 +7,8 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -17,24 +19,44 @@ pub const BACKLOG: usize = 4096;
 
 pub struct Monitors {
     lines: broadcast::Sender<Bytes>,
+    /// Clients in monitor mode. Every command reads it: a plain load of a line no command
+    /// writes, where the channel's own count takes the channel's lock.
+    watching: Arc<AtomicUsize>,
 }
 
 impl Default for Monitors {
     fn default() -> Self {
         Monitors {
             lines: broadcast::channel(BACKLOG).0,
+            watching: Arc::default(),
         }
     }
 }
 
+/// One client's feed of lines; it stops counting as a monitor when dropped.
+pub struct Watch {
+    pub lines: broadcast::Receiver<Bytes>,
+    watching: Arc<AtomicUsize>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.watching.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Monitors {
-    pub fn subscribe(&self) -> broadcast::Receiver<Bytes> {
-        self.lines.subscribe()
+    pub fn subscribe(&self) -> Watch {
+        self.watching.fetch_add(1, Ordering::Relaxed);
+        Watch {
+            lines: self.lines.subscribe(),
+            watching: self.watching.clone(),
+        }
     }
 
     /// Feeds one received command to the monitors, if there are any.
     pub fn feed(&self, addr: SocketAddr, args: &[Bytes]) {
-        if self.lines.receiver_count() == 0 {
+        if self.watching.load(Ordering::Relaxed) == 0 {
             return;
         }
         let _ = self.lines.send(Bytes::from(line(addr, args)));
@@ -105,6 +127,26 @@ fn quote(out: &mut String, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commands_reach_monitors_only_while_one_watches() {
+        let monitors = Monitors::default();
+        let addr: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let ping = [Bytes::from_static(b"PING")];
+        let mut first = monitors.subscribe();
+        let second = monitors.subscribe();
+        monitors.feed(addr, &ping);
+        assert!(first.lines.try_recv().unwrap().ends_with(b"\"PING\"\r\n"));
+        drop(second);
+        monitors.feed(addr, &ping);
+        assert!(first.lines.try_recv().is_ok(), "one monitor still watches");
+        drop(first);
+        assert_eq!(monitors.watching.load(Ordering::Relaxed), 0);
+        // Nobody watches: nothing is formatted or sent.
+        let late = monitors.lines.subscribe();
+        monitors.feed(addr, &ping);
+        assert_eq!(late.len(), 0);
+    }
 
     #[test]
     fn lines_quote_like_redis_and_hide_passwords() {

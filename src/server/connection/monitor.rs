@@ -19,7 +19,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     pub(super) async fn monitor(&mut self, ok: Reply) -> std::io::Result<Next> {
         // Subscribed before the +OK goes out: every command a client sends after it sees the
         // +OK is in the feed (it raced before, under load).
-        let mut lines = self.shared.monitors.subscribe();
+        let mut watch = self.shared.monitors.subscribe();
         self.push_ready(ok);
         self.flush().await?;
         let shared = self.shared.clone();
@@ -59,7 +59,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
             self.input.reserve(READ_CHUNK);
             tokio::select! {
-                line = lines.recv() => match line {
+                line = watch.lines.recv() => match line {
                     Ok(line) => {
                         stats::bump(&shared.stats.net_output_bytes, line.len() as u64);
                         self.stream.write_all(&line).await?;
