@@ -40,9 +40,13 @@ pub async fn run(shared: Arc<Shared>, group: usize) {
             (due, timers.next_deadline())
         };
         if !due.is_empty() {
+            // Kept to hand back should the op not apply: the index holds them no more.
+            let proposed = due.clone();
             if let Err(e) = commit(&*log, vec![Op::Expire { leases: due }]).await {
-                // The log cannot take it now (MISCONF); the leases stay scheduled.
+                // The log cannot take it now (MISCONF), or a cluster's leader changed: the
+                // leases are scheduled again, to be tried once more.
                 warn!("cannot expire leases: {e}");
+                applied.lock_timers().reschedule_leases(&proposed);
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                     _ = shared.shutdown.cancelled() => return,

@@ -63,6 +63,11 @@ impl Timers<'_> {
         self.0.due_leases(now, limit)
     }
 
+    /// Leases from [`Timers::due_leases`] whose expiry was not applied: due again.
+    pub fn reschedule_leases(&mut self, leases: &[flockd_core::HoldingRef]) {
+        self.0.reschedule_leases(leases)
+    }
+
     /// The earliest scheduled deadline (it may be stale).
     pub fn next_deadline(&self) -> Option<Millis> {
         self.0.next_deadline()

@@ -359,3 +359,50 @@ fn power_loss_after_a_failed_fsync() {
         power_loss_while_failed: true,
     });
 }
+
+/// A lease that falls due while the disk refuses writes cannot expire then (its `Op::Expire` is
+/// refused like any write), and must not be forgotten either: once the disk recovers it
+/// expires. The expiry task hands such leases back to the deadline index, which hands each due
+/// lease out only once.
+#[test]
+fn a_lease_due_while_writes_fail_expires_after_the_recovery() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(m) = mount("lease-due-while-failed") else {
+        return;
+    };
+    let server = Server::start_in(m.fs.mountpoint(), &FLAGS);
+    let mut c = Client::connect(server.addr).expect("client");
+    let locks = |c: &mut Client| c.call(&["INFO", "locks"]).expect("INFO locks");
+    let granted = c
+        .call(&["FLOCK.ACQUIRE", "due-while-failed", "400"])
+        .unwrap();
+    assert!(granted.starts_with(':'), "not granted: {granted:?}");
+    m.fs.inject(Fault::FsyncEio(Times::Always));
+    // The lease falls due, and its expiry is refused (the write fails, then MISCONF).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.log().contains("cannot expire leases") {
+        assert!(
+            Instant::now() < deadline,
+            "no refused expiry within 10 s:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(field(&locks(&mut c), "expirations"), Some("0"));
+    assert_eq!(field(&locks(&mut c), "locks_held"), Some("1"));
+    m.fs.clear();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info = locks(&mut c);
+        if field(&info, "locks_held") == Some("0") {
+            assert_eq!(field(&info, "expirations"), Some("1"), "{info}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lease did not expire 20 s after the fault was cleared:\n{info}\nlog:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -331,6 +331,12 @@ impl StateMachine {
         self.locks.due_leases(now, limit)
     }
 
+    /// Hands back holdings from [`StateMachine::due_leases`] whose `Op::Expire` did not apply,
+    /// so they are found due again. Changes only the deadline index.
+    pub fn reschedule_leases(&mut self, leases: &[HoldingRef]) {
+        self.locks.reschedule(leases)
+    }
+
     /// Items in the deadline index, stale ones included.
     pub fn scheduled_deadlines(&self) -> usize {
         self.locks.scheduled_deadlines()

@@ -517,10 +517,13 @@ impl LockTable {
     /// Pops the index up to `now` and returns the holdings whose leases are due, at most
     /// `limit`. Stale items are dropped, and a holding whose deadline moved later is scheduled
     /// again. Changes only the index (bookkeeping, not state).
+    ///
+    /// Each due holding is handed out once: the `Op::Expire` applied for it schedules what the
+    /// name holds next, and should the op never apply (a failed write) the caller hands the
+    /// holdings back to [`LockTable::reschedule`]. (Scheduling every due name again a
+    /// millisecond later, in case, cost a second pop and a second lookup per lease.)
     pub fn due_leases(&mut self, now: Millis, limit: usize) -> Vec<HoldingRef> {
         let mut due = Vec::new();
-        // Pushed back only after the loop, or the same call would pop them again.
-        let mut retries = Vec::new();
         // One name's due first tokens, the buffer reused from name to name.
         let mut tokens = Vec::new();
         while due.len() < limit {
@@ -535,28 +538,38 @@ impl LockTable {
             }
             tokens.clear();
             entry.due_at(now, &mut tokens);
-            if let Some(&first) = tokens.first() {
+            if !tokens.is_empty() {
                 if due.is_empty() {
                     // Due leases come in crowds (a burst of grants ends together): one allocation.
                     due.reserve(limit.min(4096));
                 }
+                // Nothing stays scheduled for the name: the expiry's apply (or a release, a
+                // renewal, a grant before it) schedules what the name holds next.
+                entry.set_scheduled(0);
                 due.extend(tokens.iter().map(|&first_token| HoldingRef {
                     name: name.clone(),
                     first_token,
                 }));
-                // Scheduled again in case the expiry is never applied (a failed write): the
-                // task then finds it once more.
-                let retry = at.plus(1);
-                entry.set_scheduled(retry.0);
-                retries.push((retry, name, first));
             } else if let Some((deadline, first_token)) = entry.take_schedule() {
                 self.push_deadline(deadline, name, first_token);
             }
         }
-        for (at, name, first_token) in retries {
-            self.deadlines.push(at, name, first_token);
-        }
         due
+    }
+
+    /// Schedules again the names of holdings [`LockTable::due_leases`] handed out whose
+    /// `Op::Expire` was not applied (the log refused it, or its outcome is unknown): each is
+    /// found due again at its next look. Names whose state changed meanwhile are scheduled by
+    /// what they hold now.
+    pub fn reschedule(&mut self, leases: &[HoldingRef]) {
+        for lease in leases {
+            let Some(entry) = self.entries.get_mut(&lease.name) else {
+                continue;
+            };
+            if let Some((deadline, first_token)) = entry.take_schedule() {
+                self.push_deadline(deadline, lease.name.clone(), first_token);
+            }
+        }
     }
 
     /// Puts every holding's deadline into the index (after a restore).
