@@ -370,6 +370,14 @@ pub fn unknown_command(argv: &[Bytes]) -> Reply {
     Reply::error(text)
 }
 
+/// Whether the command at `index` in [`TABLE`] may read or reset the server's statistics
+/// (INFO, LATENCY, CONFIG RESETSTAT): a command that is not fast, or an admin command. A fast
+/// command (PING, the locks' commands) reads none.
+pub fn may_read_statistics(index: usize) -> bool {
+    let flags = TABLE[index].flags;
+    !flags.fast || flags.admin
+}
+
 /// The name of the command at `index` in [`TABLE`] (what CLIENT LIST shows as `cmd=`).
 pub fn command_name(index: usize) -> &'static str {
     TABLE[index].name

@@ -6,18 +6,20 @@ use std::time::Instant;
 use super::shared::Shared;
 use crate::commands::TABLE;
 use crate::services::clients::ClientHandle;
-use crate::services::stats::{self, SlowArgs};
+use crate::services::stats::{SlowArgs, Tally};
 
-/// One call that ran from `started` until now: commandstats, histogram, the latency monitor
-/// (event `fast-command` or `command`, as Redis) and, given its arguments, the slow log.
+/// One call that ran from `started` until now: commandstats and histogram (through the
+/// connection's tally), the latency monitor (event `fast-command` or `command`, as Redis) and,
+/// given its arguments, the slow log.
 pub fn account_call(
     shared: &Shared,
+    tally: &mut Tally,
     index: usize,
     started: Instant,
     slow: Option<(&SlowArgs, &ClientHandle)>,
 ) {
     let usec = started.elapsed().as_micros() as u64;
-    stats::account(&shared.stats, index, usec);
+    tally.add(index, usec);
     let config = shared.config.load();
     let event = if TABLE[index].flags.fast {
         "fast-command"

@@ -152,6 +152,51 @@ pub fn account(stats: &ServerStats, index: usize, usec: u64) {
     stat.histogram.record(usec);
 }
 
+/// The calls one connection answered since it last wrote, by command table index and time:
+/// added to commandstats together, when the connection writes their replies (or before it runs
+/// a command that reads them). Every call's three counters are shared by every connection, on
+/// whatever thread each runs: added call by call, the threads took turns on the counters' cache
+/// lines for each call of a pipeline.
+#[derive(Default)]
+pub struct Tally {
+    calls: Vec<(usize, u64)>,
+}
+
+impl Tally {
+    pub fn add(&mut self, index: usize, usec: u64) {
+        self.calls.push((index, usec));
+    }
+
+    /// Adds the calls to the shared counters: one addition per run of one command, and per run
+    /// of calls in one histogram bucket.
+    pub fn settle(&mut self, stats: &ServerStats) {
+        let mut calls = self.calls.drain(..).peekable();
+        while let Some((index, usec)) = calls.next() {
+            let stat = &stats.commands[index];
+            let (mut count, mut total) = (1, usec);
+            let mut bucket = (bucket_of(usec), 1);
+            while let Some(&(next, usec)) = calls.peek() {
+                if next != index {
+                    break;
+                }
+                calls.next();
+                count += 1;
+                total += usec;
+                let of = bucket_of(usec);
+                if of == bucket.0 {
+                    bucket.1 += 1;
+                } else {
+                    bump(&stat.histogram.0[bucket.0], bucket.1);
+                    bucket = (of, 1);
+                }
+            }
+            bump(&stat.histogram.0[bucket.0], bucket.1);
+            bump(&stat.calls, count);
+            bump(&stat.usec, total);
+        }
+    }
+}
+
 /// CONFIG RESETSTAT: what Redis resets of the server's counters. INFO stats' counters,
 /// commandstats and the latency histograms (the lock table's event counters are the machine's). The slow
 /// log, the latency monitor and the memory peak are kept, as Redis keeps them.
@@ -716,6 +761,42 @@ mod tests {
         assert_eq!(human_bytes(1536), "1.50K");
         assert_eq!(human_bytes(3 * 1024 * 1024), "3.00M");
         assert_eq!(human_bytes(5 << 30), "5.00G");
+    }
+
+    #[test]
+    fn a_tally_settles_into_the_same_counts_as_calls_one_by_one() {
+        let (tallied, one_by_one) = (ServerStats::new(3), ServerStats::new(3));
+        let calls = [
+            (0, 1),
+            (0, 1),
+            (0, 900),
+            (2, 5),
+            (0, 2),
+            (0, 2),
+            (1, 70_000),
+            (2, 5),
+        ];
+        let mut tally = Tally::default();
+        for (index, usec) in calls {
+            tally.add(index, usec);
+            account(&one_by_one, index, usec);
+        }
+        assert_eq!(
+            read(&tallied.commands[0].calls),
+            0,
+            "nothing before it settles"
+        );
+        tally.settle(&tallied);
+        for index in 0..3 {
+            let (a, b) = (&tallied.commands[index], &one_by_one.commands[index]);
+            assert_eq!(read(&a.calls), read(&b.calls), "calls of {index}");
+            assert_eq!(read(&a.usec), read(&b.usec), "usec of {index}");
+            assert_eq!(a.histogram.cumulative(), b.histogram.cumulative());
+        }
+        assert_eq!(read(&tallied.commands[0].calls), 5);
+        // Settled once: a second settle adds nothing.
+        tally.settle(&tallied);
+        assert_eq!(read(&tallied.commands[0].usec), 906);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::log::{Committing, Log, ProposalResult, ProposeError};
 use crate::server::accounting;
 use crate::server::shared::Shared;
 use crate::services::clients::ClientHandle;
-use crate::services::stats::{self, SlowArgs};
+use crate::services::stats::{self, SlowArgs, Tally};
 
 /// How one op's reply is made from its result, and what its call is counted as.
 pub(super) struct Answer {
@@ -51,10 +51,11 @@ impl Answer {
         self,
         shared: &Shared,
         client: &ClientHandle,
+        tally: &mut Tally,
         outcome: Result<OpResult, CommandError>,
     ) -> Reply {
         let slow = self.args.as_ref().map(|args| (args, client));
-        accounting::account_call(shared, self.command, self.started, slow);
+        accounting::account_call(shared, tally, self.command, self.started, slow);
         let stat = &shared.stats.commands[self.command];
         outcome
             .and_then(self.reply)
@@ -124,6 +125,7 @@ impl Proposed {
 pub(super) fn replies<'a>(
     shared: &'a Shared,
     client: &'a ClientHandle,
+    tally: &'a mut Tally,
     answers: Vec<Answer>,
     results: Results,
 ) -> impl Iterator<Item = Reply> + 'a {
@@ -138,6 +140,6 @@ pub(super) fn replies<'a>(
                 .next()
                 .ok_or_else(|| CommandError::UnexpectedResult("fewer results than ops".into())),
         };
-        answer.reply(shared, client, outcome)
+        answer.reply(shared, client, tally, outcome)
     })
 }

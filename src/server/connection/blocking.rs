@@ -63,7 +63,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 Err(_) => None,
             };
             let Some(wait) = queued else {
-                let mut replies = batch::replies(&self.shared, &self.conn.handle, answers, results);
+                let mut replies = batch::replies(
+                    &self.shared,
+                    &self.conn.handle,
+                    &mut self.tally,
+                    answers,
+                    results,
+                );
                 if let Some(reply) = replies.next() {
                     drop(replies);
                     self.push_ready(reply);

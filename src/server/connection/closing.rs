@@ -19,6 +19,8 @@ impl<S> Connection<S> {
 
     /// Ends what the connection held; it is gone from the server afterwards.
     pub(super) async fn close(mut self) {
+        // Calls answered whose replies were never written (the client went first) count too.
+        self.tally.settle(&self.shared.stats);
         let id = self.conn.handle.id;
         let names = std::mem::take(&mut self.holdings);
         // One op per group that holds some of them (a multi-group node's names may be in

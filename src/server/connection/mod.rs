@@ -80,6 +80,8 @@ pub(super) struct Connection<S> {
     /// The names this connection acquired with SESSION: their session holdings end when it
     /// closes (see `closing.rs`).
     holdings: BTreeSet<Bytes>,
+    /// Calls answered since the last write, added to commandstats when it writes.
+    tally: stats::Tally,
     /// Accepted while a stopping leader drains (`Shared::draining`): such a connection is closed
     /// only once idle after real work, so a client that came back to this port is served first.
     joined_while_draining: bool,
@@ -195,6 +197,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             replies.extend(batch::replies(
                 &self.shared,
                 &self.conn.handle,
+                &mut self.tally,
                 answers,
                 results,
             ));
@@ -222,6 +225,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             return Ok(());
         }
         self.resolve().await;
+        // Counted before anyone can see a reply (and ask INFO on another connection).
+        self.tally.settle(&self.shared.stats);
         // Messages published by these commands' own changes go first, as Redis sends a
         // message before the reply of the command that published it.
         self.encode_queued_messages();

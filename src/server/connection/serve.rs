@@ -13,8 +13,8 @@ use tracing::debug;
 use super::batch::{Answer, Batch};
 use super::replies::{PendingReply, ReplySlot};
 use super::{BATCH_BYTES, Connection, FLUSH_AFTER_BYTES, FLUSH_AFTER_REPLIES, Next, READ_CHUNK};
-use crate::commands::Execution;
 use crate::commands::context::{ConnState, Ctx, Proposal};
+use crate::commands::{self, Execution};
 use crate::server::accounting;
 use crate::server::admission::{self, Admitted};
 use crate::server::shared::{PREAUTH_LIMITS, Shared};
@@ -43,6 +43,7 @@ where
         conn: ConnState::new(&*shared, handle),
         transaction: None,
         holdings: BTreeSet::new(),
+        tally: stats::Tally::default(),
         joined_while_draining: shared.draining.is_cancelled(),
         worked: false,
     };
@@ -170,6 +171,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             self.resolve().await;
             started = Instant::now();
         }
+        // A command that reads or resets commandstats sees every call before it.
+        if commands::may_read_statistics(index) {
+            self.tally.settle(&self.shared.stats);
+        }
         let mut ctx = Ctx {
             server: &*self.shared,
             conn: &mut self.conn,
@@ -177,7 +182,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         match command.execute(&mut ctx) {
             Execution::Local(result) => {
                 let slow = args.as_ref().map(|a| (a, &*self.conn.handle));
-                accounting::account_call(&self.shared, index, started, slow);
+                accounting::account_call(&self.shared, &mut self.tally, index, started, slow);
                 self.follow(index, result).await
             }
             Execution::State(mut proposal) => {

@@ -117,9 +117,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     Next::Continue,
                 );
             }
-            batch::replies(&self.shared, &self.conn.handle, answers, results)
-                .collect::<Vec<_>>()
-                .into_iter()
+            batch::replies(
+                &self.shared,
+                &self.conn.handle,
+                &mut self.tally,
+                answers,
+                results,
+            )
+            .collect::<Vec<_>>()
+            .into_iter()
         };
         let mut replies = Vec::with_capacity(steps.len());
         let mut next = Next::Continue;
