@@ -1,5 +1,5 @@
 //! A lock name as the table keys it. Most names are short (`order:1042`), and idle names are
-//! most of the table, so a name of up to 22 bytes lives inside the key itself: no allocation and
+//! most of the table, so a name of up to 22 bytes lives inside the table's entry: no allocation and
 //! no allocator overhead per name. Longer names are boxed. Hashes and compares as its bytes, so
 //! the table is looked up with a plain `&[u8]`.
 
@@ -15,11 +15,6 @@ pub(crate) enum Name {
 }
 
 impl Name {
-    /// Whether a name of these bytes lives inside the key (no allocation).
-    pub fn is_inline(name: &[u8]) -> bool {
-        name.len() <= INLINE
-    }
-
     pub fn as_bytes(&self) -> &[u8] {
         match self {
             Name::Inline { len, bytes } => &bytes[..*len as usize],
