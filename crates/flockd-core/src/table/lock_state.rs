@@ -8,6 +8,7 @@
 //! log order, and every decision depends only on the entry, the op and the op's time.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -44,7 +45,10 @@ pub(super) struct LockState {
     /// known to hold an item of this name for, 0 if none, so renewal spam does not grow the
     /// index. The top bit marks the entry as used since the last idle-name pass.
     scheduled: u64,
-    pub active: Option<Box<Active>>,
+    /// Shared, not boxed: a snapshot's copy of a stripe (see `crate::stripes`) then shares
+    /// the held part of each entry instead of copying its holdings and waiters, and a write
+    /// copies only the entries it changes.
+    pub active: Option<Arc<Active>>,
 }
 
 /// The part of an entry that exists only while the lock is held, waited for or delayed.
@@ -199,7 +203,12 @@ impl LockState {
     }
 
     fn active_mut(&mut self) -> &mut Active {
-        self.active.get_or_insert_with(Box::default)
+        Arc::make_mut(self.active.get_or_insert_with(Default::default))
+    }
+
+    /// The held part to change, if there is one (copied first if a snapshot shares it).
+    pub fn active_if_any_mut(&mut self) -> Option<&mut Active> {
+        self.active.as_mut().map(Arc::make_mut)
     }
 
     /// Every holding, in grant order (lapsed ones whose expiry is not applied yet included).
@@ -208,7 +217,8 @@ impl LockState {
     }
 
     fn holdings_mut(&mut self) -> &mut [Holding] {
-        self.active.as_mut().map_or(&mut [], |a| &mut a.holdings)
+        self.active_if_any_mut()
+            .map_or(&mut [], |a| &mut a.holdings)
     }
 
     /// The holding a token belongs to, by index.
@@ -288,7 +298,7 @@ impl LockState {
     /// Takes the waiters `gone` picks out of the queue, each with its `WaitEnded` event (the
     /// parked connection, if any, learns its wait ended); how many.
     fn drop_waiters(&mut self, ctx: &mut LockCtx<'_>, gone: impl Fn(&Waiter) -> bool) -> usize {
-        let Some(active) = self.active.as_mut() else {
+        let Some(active) = self.active_if_any_mut() else {
             return 0;
         };
         let before = active.waiters.len();
@@ -403,7 +413,7 @@ impl LockState {
     }
 
     fn end_delay_if_over(&mut self, at: Millis) {
-        if let Some(active) = self.active.as_mut()
+        if let Some(active) = self.active_if_any_mut()
             && active.delay_until <= at
         {
             active.delay_until = Millis(0);
@@ -639,7 +649,7 @@ impl LockState {
             if !self.fits(head.conditions.mode) {
                 return;
             }
-            let Some(waiter) = self.active.as_mut().and_then(|a| a.waiters.pop_front()) else {
+            let Some(waiter) = self.active_if_any_mut().and_then(|a| a.waiters.pop_front()) else {
                 return;
             };
             ctx.counters.waiters -= 1;
@@ -681,7 +691,7 @@ impl LockState {
             {
                 return false;
             }
-            if let Some(active) = self.active.as_mut() {
+            if let Some(active) = self.active_if_any_mut() {
                 active.waiters.remove(index);
             }
             ctx.counters.waiters -= 1;
@@ -754,7 +764,7 @@ impl LockState {
     /// Removes every holding (starting any lock-delay they carry); how many it removed.
     pub fn force_release(&mut self, ctx: &mut LockCtx<'_>) -> usize {
         self.settle(ctx);
-        let holdings = match self.active.as_mut() {
+        let holdings = match self.active_if_any_mut() {
             Some(active) => std::mem::take(&mut active.holdings),
             None => return 0,
         };
@@ -813,7 +823,7 @@ impl LockState {
         ctx: &mut LockCtx<'_>,
     ) -> CancelResult {
         self.settle(ctx);
-        if let Some(active) = self.active.as_mut()
+        if let Some(active) = self.active_if_any_mut()
             && let Some(index) = active.waiters.iter().position(|w| w.wait == wait)
         {
             active.waiters.remove(index);
@@ -857,7 +867,7 @@ impl LockState {
     /// was not live when the previous run stopped), any other gets the op's time plus its latest
     /// lease plus `extra_ms`. Returns (holdings re-armed, waiters dropped).
     pub fn rearm(&mut self, extra_ms: u64, ctx: &mut LockCtx<'_>) -> (usize, usize) {
-        let Some(active) = self.active.as_mut() else {
+        let Some(active) = self.active_if_any_mut() else {
             return (0, 0);
         };
         let dropped = active.waiters.len();

@@ -765,7 +765,7 @@ impl LockTable {
         };
         // The first format had one exclusive holding per name at most.
         let counters = &mut self.counters;
-        let Some(active) = entry.active.as_mut() else {
+        let Some(active) = entry.active_if_any_mut() else {
             return;
         };
         match change {
