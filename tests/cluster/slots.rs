@@ -66,13 +66,21 @@ fn every_node_describes_one_shard_whose_master_is_the_leader() {
     for i in 0..3 {
         let mut c = conn_to(&cluster, i);
 
-        // A replica is listed once the node has heard from it (Redis leaves failed ones out).
+        // A replica is listed, and a member shown online, once this node's probe of it was
+        // answered (Redis leaves failed replicas out): the probes of the members answer at
+        // their own pace after the start, the leader's too.
         let deadline = Instant::now() + Duration::from_secs(10);
-        let slots = loop {
+        let (slots, shards) = loop {
             let slots = query(&mut c, &["CLUSTER", "SLOTS"]).expect("CLUSTER SLOTS");
+            let shards = query(&mut c, &["CLUSTER", "SHARDS"]).expect("CLUSTER SHARDS");
             let listed = items(&slots).first().map_or(0, |r| items(r).len());
-            if listed == 5 || Instant::now() > deadline {
-                break slots;
+            let online = items(&shards).first().is_some_and(|shard| {
+                items(fields(shard)["nodes"])
+                    .iter()
+                    .all(|n| text(fields(n)["health"]) == "online")
+            });
+            if (listed == 5 && online) || Instant::now() > deadline {
+                break (slots, shards);
             }
             std::thread::sleep(Duration::from_millis(50));
         };
@@ -99,7 +107,6 @@ fn every_node_describes_one_shard_whose_master_is_the_leader() {
         expected.sort();
         assert_eq!(replica_ports, expected);
 
-        let shards = query(&mut c, &["CLUSTER", "SHARDS"]).expect("CLUSTER SHARDS");
         let shards = items(&shards);
         assert_eq!(shards.len(), 1);
         let shard = fields(&shards[0]);
