@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::shared::Shared;
 use crate::commands::TABLE;
+use crate::config::Config;
 use crate::services::clients::ClientHandle;
 use crate::services::stats::{SlowArgs, Tally};
 
@@ -13,6 +14,7 @@ use crate::services::stats::{SlowArgs, Tally};
 /// given its arguments, the slow log.
 pub fn account_call(
     shared: &Shared,
+    config: &Config,
     tally: &mut Tally,
     index: usize,
     started: Instant,
@@ -20,7 +22,6 @@ pub fn account_call(
 ) {
     let usec = started.elapsed().as_micros() as u64;
     tally.add(index, usec);
-    let config = shared.config.load();
     let event = if TABLE[index].flags.fast {
         "fast-command"
     } else {

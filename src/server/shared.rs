@@ -8,6 +8,7 @@ use std::time::Instant;
 use flockd_proto::Limits;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::Config;
 use crate::log::{Group, Log};
 use crate::services::acl::AclState;
 use crate::services::applied::AppliedState;
@@ -72,14 +73,13 @@ impl Shared {
             )),
         }
     }
+}
 
-    /// The request parser's limits for authenticated clients.
-    pub fn limits(&self) -> Limits {
-        let config = self.config.load();
-        Limits {
-            max_bulk_len: config.proto_max_bulk_len,
-            max_args: config.max_args,
-            max_inline_len: config.max_inline_len,
-        }
+/// The request parser's limits for authenticated clients.
+pub fn limits(config: &Config) -> Limits {
+    Limits {
+        max_bulk_len: config.proto_max_bulk_len,
+        max_args: config.max_args,
+        max_inline_len: config.max_inline_len,
     }
 }

@@ -1,9 +1,11 @@
 //! The running configuration: commands read it without a lock (one atomic load); CONFIG SET
-//! (`super::reconfigure`) publishes a whole new one, one change at a time.
+//! (`super::reconfigure`) publishes a whole new one, one change at a time. A connection reads
+//! it through its own [`ConfigCache`]: a load of `ArcSwap` costs about 40 instructions, a
+//! cache's look at whether anything changed one atomic read, and a request read it three times.
 
 use std::sync::Arc;
 
-use arc_swap::{ArcSwap, Guard};
+use arc_swap::{ArcSwap, Cache, Guard};
 use parking_lot::Mutex;
 
 use crate::config::Config;
@@ -11,7 +13,7 @@ use crate::config::change::ChangeError;
 use crate::logging::LoggingError;
 
 pub struct LiveConfig {
-    current: ArcSwap<Config>,
+    current: Arc<ArcSwap<Config>>,
     /// Serializes changes, so two CONFIG SETs cannot each publish half of theirs.
     changing: Mutex<()>,
 }
@@ -29,7 +31,7 @@ pub enum ReconfigureError {
 impl LiveConfig {
     pub fn new(config: Config) -> LiveConfig {
         LiveConfig {
-            current: ArcSwap::from_pointee(config),
+            current: Arc::new(ArcSwap::from_pointee(config)),
             changing: Mutex::new(()),
         }
     }
@@ -48,4 +50,12 @@ impl LiveConfig {
     pub fn load(&self) -> Guard<Arc<Config>> {
         self.current.load()
     }
+
+    /// A cache for one reader: its `load` sees every change published before it.
+    pub fn cache(&self) -> ConfigCache {
+        Cache::new(self.current.clone())
+    }
 }
+
+/// One reader's view of the configuration (arc-swap's `Cache`: `load` takes `&mut`).
+pub type ConfigCache = Cache<Arc<ArcSwap<Config>>, Arc<Config>>;

@@ -13,6 +13,7 @@ use flockd_core::{Op, OpResult};
 use flockd_proto::Reply;
 
 use crate::commands::CommandError;
+use crate::config::Config;
 use crate::log::{Committing, Log, ProposalResult, ProposeError};
 use crate::server::accounting;
 use crate::server::shared::Shared;
@@ -50,12 +51,13 @@ impl Answer {
     fn reply(
         self,
         shared: &Shared,
+        config: &Config,
         client: &ClientHandle,
         tally: &mut Tally,
         outcome: Result<OpResult, CommandError>,
     ) -> Reply {
         let slow = self.args.as_ref().map(|args| (args, client));
-        accounting::account_call(shared, tally, self.command, self.started, slow);
+        accounting::account_call(shared, config, tally, self.command, self.started, slow);
         let stat = &shared.stats.commands[self.command];
         outcome
             .and_then(self.reply)
@@ -124,6 +126,7 @@ impl Proposed {
 /// answered): a failed proposal answers each op with its error.
 pub(super) fn replies<'a>(
     shared: &'a Shared,
+    config: &'a Config,
     client: &'a ClientHandle,
     tally: &'a mut Tally,
     answers: Vec<Answer>,
@@ -140,6 +143,6 @@ pub(super) fn replies<'a>(
                 .next()
                 .ok_or_else(|| CommandError::UnexpectedResult("fewer results than ops".into())),
         };
-        answer.reply(shared, client, tally, outcome)
+        answer.reply(shared, config, client, tally, outcome)
     })
 }

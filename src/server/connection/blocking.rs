@@ -65,6 +65,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             let Some(wait) = queued else {
                 let mut replies = batch::replies(
                     &self.shared,
+                    self.config.load(),
                     &self.conn.handle,
                     &mut self.tally,
                     answers,

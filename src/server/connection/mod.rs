@@ -36,6 +36,7 @@ use tracing::debug;
 use super::shared::{PREAUTH_QUERY_BUFFER, Shared};
 use crate::commands::context::ConnState;
 use crate::commands::{Command, CommandError, TABLE};
+use crate::services::live_config::ConfigCache;
 use crate::services::stats;
 use batch::{Batch, Proposed};
 use replies::{PendingReply, ReplySlot, approx_encoded_len};
@@ -54,6 +55,8 @@ const BATCH_BYTES: usize = 1024 * 1024;
 
 pub(super) struct Connection<S> {
     shared: Arc<Shared>,
+    /// The configuration, as this connection reads it (every request, so through a cache).
+    config: ConfigCache,
     stream: S,
     input: BytesMut,
     output: BytesMut,
@@ -167,9 +170,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         self.push_ready(Reply::error(error.to_reply_text()));
     }
 
-    fn query_buffer_limit(&self) -> usize {
+    fn query_buffer_limit(&mut self) -> usize {
         if self.conn.authenticated {
-            self.shared.config.load().client_query_buffer_limit
+            self.config.load().client_query_buffer_limit
         } else {
             PREAUTH_QUERY_BUFFER
         }
@@ -196,6 +199,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             let (answers, results) = proposed.results().await;
             replies.extend(batch::replies(
                 &self.shared,
+                self.config.load(),
                 &self.conn.handle,
                 &mut self.tally,
                 answers,

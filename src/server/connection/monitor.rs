@@ -11,7 +11,7 @@ use super::{Connection, Next, READ_CHUNK};
 use crate::commands::LocalCommand;
 use crate::commands::context::{Ctx, Outcome};
 use crate::commands::reset::Reset;
-use crate::server::shared::PREAUTH_QUERY_BUFFER;
+use crate::server::shared::{PREAUTH_QUERY_BUFFER, limits};
 use crate::services::stats;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
@@ -26,7 +26,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         let handle = self.conn.handle.clone();
         loop {
             loop {
-                match self.parser.parse(&mut self.input, &shared.limits()) {
+                match self
+                    .parser
+                    .parse(&mut self.input, &limits(self.config.load()))
+                {
                     Ok(Some(request)) => {
                         let name = request.args[0].to_ascii_lowercase();
                         if name == b"quit" {

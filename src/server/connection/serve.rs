@@ -17,7 +17,7 @@ use crate::commands::context::{ConnState, Ctx, Proposal};
 use crate::commands::{self, Execution};
 use crate::server::accounting;
 use crate::server::admission::{self, Admitted};
-use crate::server::shared::{PREAUTH_LIMITS, Shared};
+use crate::server::shared::{PREAUTH_LIMITS, Shared, limits};
 use crate::services::clients::ClientHandle;
 use crate::services::stats;
 
@@ -29,6 +29,7 @@ where
     let id = handle.id;
     let mut connection = Connection {
         shared: shared.clone(),
+        config: shared.config.cache(),
         stream,
         input: BytesMut::with_capacity(READ_CHUNK),
         output: BytesMut::new(),
@@ -110,7 +111,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     async fn process_input(&mut self) -> std::io::Result<Next> {
         loop {
             let limits = if self.conn.authenticated {
-                self.shared.limits()
+                limits(self.config.load())
             } else {
                 PREAUTH_LIMITS
             };
@@ -134,12 +135,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// Admits and runs one request.
     async fn handle(&mut self, request: Request) -> std::io::Result<Next> {
         let arrived = Instant::now();
-        let config = self.shared.config.load();
+        let config = self.config.load();
         let request_bytes: usize = request.args.iter().map(Bytes::len).sum();
-        let admitted = admission::admit(&self.shared, &config, &mut self.conn, &request);
+        let admitted = admission::admit(&self.shared, config, &mut self.conn, &request);
         // The slow log keeps the request's arguments (the command took what it needs).
-        let args = stats::SlowArgs::capture(&config, request.args);
-        drop(config);
+        let args = stats::SlowArgs::capture(config, request.args);
         let (index, command) = match admitted {
             Admitted::Command { index, command } => (index, command),
             Admitted::Close(reply) => {
@@ -182,7 +182,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         match command.execute(&mut ctx) {
             Execution::Local(result) => {
                 let slow = args.as_ref().map(|a| (a, &*self.conn.handle));
-                accounting::account_call(&self.shared, &mut self.tally, index, started, slow);
+                let config = self.config.load();
+                accounting::account_call(
+                    &self.shared,
+                    config,
+                    &mut self.tally,
+                    index,
+                    started,
+                    slow,
+                );
                 self.follow(index, result).await
             }
             Execution::State(mut proposal) => {

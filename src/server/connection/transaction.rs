@@ -119,6 +119,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
             batch::replies(
                 &self.shared,
+                self.config.load(),
                 &self.conn.handle,
                 &mut self.tally,
                 answers,
