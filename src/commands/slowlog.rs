@@ -130,7 +130,7 @@ impl LocalCommand for Slowlog {
                                 Reply::Integer(e.unix_time as i64),
                                 Reply::Integer(e.usec as i64),
                                 Reply::Array(e.args.into_iter().map(Reply::Bulk).collect()),
-                                Reply::bulk(e.client_addr),
+                                Reply::bulk(e.client_addr.to_string()),
                                 Reply::Bulk(e.client_name),
                             ])
                         })

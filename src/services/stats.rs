@@ -6,6 +6,7 @@
 //! latency monitor take their lock only for a call over their threshold.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -398,7 +399,9 @@ pub struct SlowEntry {
     pub unix_time: u64,
     pub usec: u64,
     pub args: Vec<Bytes>,
-    pub client_addr: String,
+    /// Kept as the address and written out by SLOWLOG GET: formatted on every entry logged, it
+    /// cost ~1,400 instructions, and a server slower than the threshold logs every command.
+    pub client_addr: SocketAddr,
     pub client_name: Bytes,
 }
 
@@ -433,7 +436,7 @@ impl SlowLog {
             unix_time: unix_time(),
             usec,
             args: args.for_log(),
-            client_addr: client.addr.to_string(),
+            client_addr: client.addr,
             client_name: client.names.lock().name.clone().unwrap_or_default(),
         };
         let mut inner = self.inner.lock();
