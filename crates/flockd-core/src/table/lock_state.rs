@@ -413,9 +413,13 @@ impl LockState {
     }
 
     fn end_delay_if_over(&mut self, at: Millis) {
-        if let Some(active) = self.active_if_any_mut()
-            && active.delay_until <= at
-        {
+        // Looked at first: every op on the name comes here, and a mutable borrow would copy a
+        // held part a snapshot shares even when nothing changes.
+        let over = self
+            .active
+            .as_ref()
+            .is_some_and(|a| a.delay_until.0 != 0 && a.delay_until <= at);
+        if over && let Some(active) = self.active_if_any_mut() {
             active.delay_until = Millis(0);
         }
     }
@@ -823,8 +827,9 @@ impl LockState {
         ctx: &mut LockCtx<'_>,
     ) -> CancelResult {
         self.settle(ctx);
-        if let Some(active) = self.active_if_any_mut()
-            && let Some(index) = active.waiters.iter().position(|w| w.wait == wait)
+        let queued = self.waiters().position(|w| w.wait == wait);
+        if let Some(index) = queued
+            && let Some(active) = self.active_if_any_mut()
         {
             active.waiters.remove(index);
             ctx.counters.waiters -= 1;
