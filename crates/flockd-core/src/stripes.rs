@@ -26,7 +26,8 @@ const SHARD_SHIFT: u32 = 49;
 
 /// Keyed by the place alone: a node's keys are then 11 integers in two cache lines, and a
 /// descent reads those, not 32-byte (place, name) pairs spread over six (on a table of a
-/// million names the descent was a quarter of an acquire's time). The names sit in the values.
+/// million names the lookups were a quarter of the daemon's samples under pipelined acquires).
+/// The names sit in the values.
 type Stripe<V> = BTreeMap<u64, Slot<V>>;
 
 /// The keys at one place: almost always one. Two names share a place only if 57 bits of their
