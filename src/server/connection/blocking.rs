@@ -9,7 +9,7 @@ use flockd_core::{Op, WaitId};
 use flockd_proto::Reply;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
-use super::batch::{self, Answer, Batch};
+use super::batch::{Answer, Batch};
 use super::{Connection, Next, READ_CHUNK};
 use crate::commands::context::Proposal;
 use crate::commands::{Blocking, BlockingHook, CommandError};
@@ -63,16 +63,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 Err(_) => None,
             };
             let Some(wait) = queued else {
-                let mut replies = batch::replies(
-                    &self.shared,
-                    self.config.load(),
-                    &self.conn.handle,
-                    &mut self.tally,
-                    answers,
-                    results,
-                );
-                if let Some(reply) = replies.next() {
-                    drop(replies);
+                let mut replies = Vec::with_capacity(1);
+                self.push_batch_replies(answers, results, &mut replies);
+                if let Some(reply) = replies.into_iter().next() {
                     self.push_ready(reply);
                 }
                 return Ok(Next::Continue);

@@ -137,6 +137,24 @@ impl<S> Connection<S> {
     fn idle(&self) -> bool {
         self.transaction.is_none() && (!self.joined_while_draining || self.worked)
     }
+
+    /// Appends the replies to a committed batch to `into`, in the order of its ops, each
+    /// call counted as it is answered.
+    fn push_batch_replies(
+        &mut self,
+        answers: Vec<batch::Answer>,
+        results: batch::Results,
+        into: &mut Vec<Reply>,
+    ) {
+        into.extend(batch::replies(
+            &self.shared,
+            self.config.load(),
+            &self.conn.handle,
+            &mut self.tally,
+            answers,
+            results,
+        ));
+    }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
@@ -195,17 +213,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         self.propose_gathered();
         self.shared.log.write_now();
         let mut replies = Vec::with_capacity(self.in_flight);
-        for proposed in self.proposals.drain(..) {
+        // Taken out while the replies are made, and put back to keep its allocation.
+        let mut proposals = std::mem::take(&mut self.proposals);
+        for proposed in proposals.drain(..) {
             let (answers, results) = proposed.results().await;
-            replies.extend(batch::replies(
-                &self.shared,
-                self.config.load(),
-                &self.conn.handle,
-                &mut self.tally,
-                answers,
-                results,
-            ));
+            self.push_batch_replies(answers, results, &mut replies);
         }
+        self.proposals = proposals;
         // The batches' ops are in the order of their slots.
         let mut replies = replies.into_iter();
         for item in &mut self.pending {

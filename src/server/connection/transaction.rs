@@ -10,7 +10,7 @@ use flockd_proto::Reply;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::Transaction;
-use super::batch::{self, Answer, Batch};
+use super::batch::{Answer, Batch};
 use super::{Connection, Next};
 use crate::commands::context::{Ctx, Outcome, Proposal};
 use crate::commands::{Command, CommandError, Execution, TABLE, multi};
@@ -117,16 +117,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     Next::Continue,
                 );
             }
-            batch::replies(
-                &self.shared,
-                self.config.load(),
-                &self.conn.handle,
-                &mut self.tally,
-                answers,
-                results,
-            )
-            .collect::<Vec<_>>()
-            .into_iter()
+            let mut replies = Vec::with_capacity(answers.len());
+            self.push_batch_replies(answers, results, &mut replies);
+            replies.into_iter()
         };
         let mut replies = Vec::with_capacity(steps.len());
         let mut next = Next::Continue;
