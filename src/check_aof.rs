@@ -34,6 +34,13 @@ pub fn run(file: &Path, fix: bool) -> ExitCode {
                 report.valid_len,
                 report.file_len
             );
+            if report.zeros_after > 0 {
+                println!(
+                    "then {} bytes of zeros: space a running server writes ahead of its records \
+                     (a start or a clean stop cuts it off)",
+                    report.zeros_after
+                );
+            }
             match (&report.problem, fix) {
                 (None, _) => {
                     println!("AOF is valid");

@@ -313,20 +313,24 @@ fn flipped_bit_in_the_last_record_is_cut() {
 }
 
 #[test]
-fn zero_filled_and_garbage_tails_are_cut() {
+fn zero_filled_tails_are_cut_as_the_end_and_garbage_tails_as_damage() {
     for version in VERSIONS {
         let dir = TempDir::new("zeros");
         let path = dir.join("a.aof");
         let s = sample(version, 5);
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let garbage: Vec<u8> = (0..3000).map(|_| rng.next() as u8).collect();
-        for tail in [vec![0u8; 4096], garbage] {
+        // Zeros after the last record are the file's end (space the writer wrote ahead): cut
+        // without being called damage. Garbage is a damaged tail.
+        for (tail, damaged) in [(vec![0u8; 4096], false), (garbage, true)] {
             let mut b = s.bytes.clone();
             b.extend_from_slice(&tail);
             fs::write(&path, &b).expect("write");
             let (m, r) = try_load(&path).expect("load");
             assert_eq!(m.digest(), s.digests[5]);
-            assert_eq!(r.truncated_at, Some(s.bytes.len() as u64));
+            let cut = damaged.then_some(s.bytes.len() as u64);
+            assert_eq!(r.truncated_at, cut);
+            assert_eq!(r.bytes, s.bytes.len() as u64);
             assert_eq!(fs::read(&path).expect("read"), s.bytes);
         }
     }

@@ -22,6 +22,13 @@
 //!
 //! A file shorter than the 8-byte header whose bytes are a prefix of it is a torn header: a
 //! damaged tail at offset 0 (the file is emptied, and the writer writes a fresh header).
+//!
+//! **Zeros to the end are the file's end, not damage.** Under `appendfsync always` the writer
+//! keeps zeros written ahead of its records (flockd-aof's `writer/ahead.rs`), so a file left by
+//! a crash ends in them. When everything from the first invalid spot to the end is zero, replay
+//! stops there as at the end of the file and cuts the zeros off without a warning; `check`
+//! reports them apart. (A power loss can also leave zeros where an unacknowledged write was:
+//! nothing a client was promised is lost either way.)
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
@@ -63,6 +70,9 @@ pub struct CheckReport {
     pub problem: Option<(u64, String)>,
     /// True when the problem is a damaged tail that [`fix`] can cut off (see the module docs).
     pub tail_only: bool,
+    /// Bytes of zeros after the last record (space a running server wrote ahead, or a
+    /// crash left): not a problem; `valid_len` ends before them.
+    pub zeros_after: u64,
 }
 
 /// The first invalid spot in a file.
@@ -94,6 +104,8 @@ struct Scan {
     valid_len: u64,
     file_len: u64,
     problem: Option<Problem>,
+    /// Zeros from `valid_len` to the end (see the module docs).
+    zeros_after: u64,
 }
 
 /// Reads until `buf` is full or the file ends; returns the bytes read.
@@ -161,6 +173,7 @@ fn scan(file: &File, apply: &mut dyn FnMut(Payload<'_>)) -> io::Result<Scan> {
         valid_len: 0,
         file_len,
         problem: None,
+        zeros_after: 0,
     };
     if file_len == 0 {
         return Ok(out);
@@ -223,6 +236,10 @@ fn scan(file: &File, apply: &mut dyn FnMut(Payload<'_>)) -> io::Result<Scan> {
         pos += total;
     };
     drop(reader);
+    if failure.is_some() && zeros_to(file, pos, file_len)? {
+        out.zeros_after = file_len - pos;
+        return Ok(out);
+    }
     if let Some(reason) = failure {
         let next_valid = find_valid_record(file, version, pos + 1, file_len)?;
         out.problem = Some(Problem {
@@ -237,6 +254,21 @@ fn scan(file: &File, apply: &mut dyn FnMut(Payload<'_>)) -> io::Result<Scan> {
 
 /// How much of the file the search for a valid record holds in memory at once.
 const WINDOW: usize = 1 << 20;
+
+/// Whether every byte from `from` to `to` is zero (read a window at a time).
+fn zeros_to(file: &File, from: u64, to: u64) -> io::Result<bool> {
+    let mut win = vec![0u8; usize::try_from(to - from).map_or(WINDOW, |n| n.min(WINDOW))];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(win.len() as u64) as usize;
+        read_exact_at(file, at, &mut win[..n])?;
+        if win[..n].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        at += n as u64;
+    }
+    Ok(true)
+}
 
 /// The first offset at or after `from` where a valid record starts, searching every offset.
 fn find_valid_record(
@@ -355,6 +387,15 @@ pub fn load(path: &Path, machine: &mut StateMachine) -> Result<ReplayReport, Fil
     .map_err(|e| FileError::io(path, e))?;
     drop(file);
     machine.restore_end();
+    if scan.zeros_after > 0 {
+        truncate(path, scan.valid_len)?;
+        tracing::info!(
+            file = %path.display(),
+            offset = scan.valid_len,
+            cut_bytes = scan.zeros_after,
+            "AOF: cut the zeros after the last record (space written ahead before a crash)"
+        );
+    }
     let truncated_at = match scan.problem {
         None => None,
         Some(p) if p.tail => {
@@ -420,6 +461,7 @@ pub fn check(path: &Path) -> Result<CheckReport, FileError> {
         valid_len: scan.valid_len,
         file_len: scan.file_len,
         tail_only: scan.problem.as_ref().is_some_and(|p| p.tail),
+        zeros_after: scan.zeros_after,
         problem: scan.problem.map(|p| {
             let reason = p.full_reason();
             (p.offset, reason)

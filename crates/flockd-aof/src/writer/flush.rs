@@ -206,6 +206,7 @@ impl Writer {
 
     /// Writes the encoded batch; on success the good length grows.
     pub(super) fn write_buf(&mut self) -> io::Result<()> {
+        self.write_ahead(self.buf.len())?;
         #[cfg(test)]
         {
             let n = &self.sh.inject_write_failures;
@@ -251,6 +252,8 @@ impl Writer {
             .file
             .set_len(self.file_len)
             .and_then(|()| self.file.seek(SeekFrom::Start(self.file_len)));
+        // The zeros written ahead went with the cut.
+        self.written_ahead = self.file_len;
         if let Err(e) = cut {
             tracing::error!(file = %self.sh.path.display(), "AOF: cannot cut the file back to {} bytes: {e}", self.file_len);
         }
@@ -342,6 +345,13 @@ impl Writer {
             tracing::error!(file = %self.sh.path.display(), "AOF: fsync at shutdown failed: {e}");
             self.sh.counters.lock().last_error = Some(format!("fsync error: {e}"));
             // What was written may be lost: no longer promise it.
+        } else if self.written_ahead > self.file_len {
+            // A stopped server's file ends at its last record; a crash's zeros are cut at the
+            // next start instead.
+            self.cut_ahead();
+            if let Err(e) = self.file.sync_data() {
+                tracing::warn!(file = %self.sh.path.display(), "AOF: fsync after cutting the space written ahead failed: {e}");
+            }
         }
     }
 }

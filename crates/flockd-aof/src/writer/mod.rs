@@ -42,6 +42,7 @@
 //! the writer thread (group commit, fsync policy, the failed state, shutdown); `rewrite` the
 //! background rewrite and the upgrade of a first-format file.
 
+mod ahead;
 mod flush;
 mod rewrite;
 mod shared;
@@ -228,6 +229,8 @@ impl Aof {
             sh: sh.clone(),
             file,
             file_len: len,
+            written_ahead: len,
+            write_ahead_after: 0,
             size_at_last_rewrite: len,
             last_taken: start_position,
             unsynced: false,

@@ -116,7 +116,8 @@ fn layout(path: &Path) -> (Option<u64>, Vec<u64>) {
     assert_eq!(bytes[..8], HEADER);
     let (mut snapshot, mut entries) = (None, Vec::new());
     let mut rest = &bytes[8..];
-    while !rest.is_empty() {
+    // Zeros after the last record are the file's end (space written ahead).
+    while !rest.is_empty() && rest.iter().any(|&b| b != 0) {
         let (p, n) = decode_record(Version::V2, rest).expect("valid record");
         match p {
             Payload::V2(Record::SnapshotBegin { position, .. }) => snapshot = Some(position),
@@ -391,6 +392,77 @@ fn futures_are_send() {
     let rx = aof.propose(Millis(1), vec![fence("a", 1)]);
     assert_send(&rx);
     drop(rx);
+    drop(aof);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// The file's length on disk.
+fn disk_len(path: &Path) -> u64 {
+    fs::metadata(path).expect("stat").len()
+}
+
+#[test]
+fn zeros_are_written_ahead_under_always_and_cut_at_the_start_and_at_shutdown() {
+    let dir = temp_dir("ahead");
+    let path = dir.join("a.aof");
+    let host = Host::new(Duration::ZERO);
+    let aof = open(&path, FsyncPolicy::Always, &host);
+    let rt = rt();
+    for token in 1..=20 {
+        assert!(commit(&rt, &aof, token * 10, vec![fence("a", token)]).is_ok());
+    }
+    // The records end where the stats say; zeros follow, a step ahead.
+    let records = aof.stats().file_size;
+    let bytes = fs::read(&path).expect("read");
+    let zeros = bytes.len() as u64 - records;
+    // The first batch wrote a step of zeros past itself; the others wrote over them.
+    assert!(
+        zeros > ahead::WRITE_AHEAD / 2 && zeros <= ahead::WRITE_AHEAD,
+        "{zeros} bytes after the records"
+    );
+    assert!(bytes[records as usize..].iter().all(|&b| b == 0));
+
+    // What a crash leaves: `check` reports the zeros apart, and the start cuts them off
+    // without calling them damage.
+    let crashed = dir.join("crashed.aof");
+    fs::copy(&path, &crashed).expect("copy");
+    let report = crate::check(&crashed).expect("check");
+    assert_eq!(report.problem, None, "{report:?}");
+    assert_eq!(
+        (report.valid_len, report.zeros_after, report.records),
+        (records, zeros, 20)
+    );
+    let mut machine = StateMachine::new();
+    let replayed = load(&crashed, &mut machine).expect("load");
+    assert_eq!((replayed.truncated_at, replayed.bytes), (None, records));
+    assert_eq!(machine.fence_token(b"a"), 20);
+    assert_eq!(disk_len(&crashed), records);
+
+    // Zeros after the last record and then anything else are damage, as before.
+    let damaged = dir.join("damaged.aof");
+    let mut with_junk = bytes.clone();
+    with_junk.extend_from_slice(b"junk");
+    fs::write(&damaged, &with_junk).expect("write");
+    let report = crate::check(&damaged).expect("check");
+    assert_eq!(report.zeros_after, 0);
+    assert!(
+        report.tail_only && report.problem.as_ref().is_some_and(|p| p.0 == records),
+        "{report:?}"
+    );
+
+    // A clean shutdown leaves the file ending at its last record.
+    aof.shutdown();
+    assert_eq!(disk_len(&path), records);
+    assert_eq!(loaded(&path).fence_token(b"a"), 20);
+    drop(aof);
+
+    // Under `everysec` nothing is written ahead.
+    let other = dir.join("everysec.aof");
+    let host = Host::new(Duration::ZERO);
+    let aof = open(&other, FsyncPolicy::EverySec, &host);
+    assert!(commit(&rt, &aof, 10, vec![fence("b", 1)]).is_ok());
+    assert_eq!(disk_len(&other), aof.stats().file_size);
+    aof.shutdown();
     drop(aof);
     let _ = fs::remove_dir_all(&dir);
 }

@@ -138,13 +138,14 @@ pub enum FileRecord {
     Item(String),
 }
 
-/// Every record of a valid file (panics on damage).
+/// Every record of a valid file (panics on damage). Zeros after the last record are the
+/// file's end: a running writer keeps space written ahead under `always`.
 pub fn read_file(path: &Path) -> (Version, Vec<FileRecord>) {
     let bytes = std::fs::read(path).expect("read");
     let version = Version::of_header(&bytes[..8]).expect("a flockd AOF header");
     let mut rest = &bytes[8..];
     let mut out = Vec::new();
-    while !rest.is_empty() {
+    while !rest.is_empty() && rest.iter().any(|&b| b != 0) {
         let (p, n) = decode_record(version, rest).expect("valid record");
         out.push(match p {
             Payload::V1(c) => FileRecord::V1(c),
