@@ -1,7 +1,8 @@
 //! Fuzz target for reading whole files: `check`, `fix` and the start-up `load` on a file made
 //! of a header (the current one, the first format's, or none) and arbitrary bytes, its frames'
 //! checksums optionally fixed up so that records get through to the state machine. Nothing may
-//! panic, and the three must agree: a clean file loads whole; a damaged tail is cut by both
+//! panic, and the three must agree: a clean file loads whole (zeros after its last record are
+//! its end: `load` cuts them, `check` and `fix` report them and leave them); a damaged tail is cut by both
 //! `load` and `fix` at the offset `check` names, leaving a prefix of the input that checks
 //! clean; a damaged middle is refused by both, the file left as it was. No input may make them
 //! allocate more than a small multiple of its size.
@@ -58,8 +59,12 @@ fuzz_target!(|data: &[u8]| {
     let len = bytes.len() as u64;
     assert_eq!(report.file_len, len);
     assert!(report.valid_len <= len);
+    let valid = report.valid_len as usize;
     match &report.problem {
-        None => assert_eq!(report.valid_len, len, "{report:?}"),
+        None => {
+            assert_eq!(report.valid_len + report.zeros_after, len, "{report:?}");
+            assert!(bytes[valid..].iter().all(|&b| b == 0), "{report:?}");
+        }
         Some((offset, reason)) => {
             assert_eq!(*offset, report.valid_len, "{report:?}");
             assert!(!reason.is_empty() && !reason.contains('\n'));
@@ -74,9 +79,9 @@ fuzz_target!(|data: &[u8]| {
         (None, Ok(r)) => {
             assert_eq!(
                 (r.truncated_at, r.bytes, r.records),
-                (None, len, report.records)
+                (None, report.valid_len, report.records)
             );
-            assert_eq!(after_load, bytes);
+            assert_eq!(after_load, &bytes[..valid]);
         }
         (Some((offset, _)), Ok(r)) if report.tail_only => {
             assert_eq!(r.truncated_at, Some(*offset));
