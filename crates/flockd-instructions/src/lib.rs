@@ -16,7 +16,7 @@
 //!   not the writer's queueing, its `write` or its sync.
 //! * [`encode_raft_payloads`] and [`decode_raft_payloads`]: the Raft log store's codec for an
 //!   entry's payload (postcard around the AOF entry record), the same calls as
-//!   `log_store::encode_payload` / `decode_entry`, which are private there; not raft-log's
+//!   `log_store`'s `encode_payload` / `decode_entry`, which are private there; not the segments'
 //!   framing, the peer messages or openraft itself.
 //! * [`expire_due`]: the expiry task's loop body (`src/server/expiry.rs`): take the due leases
 //!   from the core's deadline index, apply them as `Op::Expire` batches; not the task's timer

@@ -3,8 +3,9 @@
 //!
 //! * [`types`]: what the log carries (a [`RaftProposal`]: ops, who proposed them, the leader's
 //!   time) and openraft's type configuration.
-//! * [`log_store`]: the log and vote on disk, on `raft-log` (synced before acknowledged, group
-//!   commit in its flush worker).
+//! * [`log_store`]: the log and vote on disk, in segment files written into space filled ahead
+//!   (synced before acknowledged, group commit in its flush thread); a log of earlier versions,
+//!   in `raft-log`'s files, is moved into them once.
 //! * [`state_machine`]: committed entries applied through the server's [`flockd_log::Apply`] once each
 //!   ([`dedup`]); snapshots in the AOF rewrite format.
 //! * [`network`] and [`peer_server`]: the cluster port, both sides, on a [`transport`] (TCP,

@@ -1,4 +1,4 @@
-//! In-process: three real nodes (openraft, raft-log on disk, the state machine) in one test,
+//! In-process: three real nodes (openraft, the log store on disk, the state machine) in one test,
 //! talking over the in-memory network, so a test can crash a node, wipe one, restart them all
 //! or lose one answer at the moment it wants. The leader crashes and the others go on with
 //! every token; a dead follower replaced under a new id catches up from a snapshot taken under

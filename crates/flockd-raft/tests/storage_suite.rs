@@ -1,4 +1,4 @@
-//! openraft's own storage test suite against flockd's log store (raft-log on disk) and state
+//! openraft's own storage test suite against flockd's log store (segment files on disk) and state
 //! machine (snapshots in the AOF format), each build in a fresh directory.
 
 mod common;
