@@ -12,6 +12,8 @@
 //!   `flockd check-aof [--fix]`), cutting off a damaged tail and refusing a damaged middle.
 //! * [`snapshot_file`]: the whole state written as such a file (an AOF rewrite's base, a Raft
 //!   snapshot).
+//! * [`written_ahead`]: zeros kept written ahead of a log's records, so that a sync does not
+//!   also write the file's size.
 
 pub mod entry;
 mod error;
@@ -20,6 +22,7 @@ pub mod proposal;
 pub mod record;
 mod replay;
 pub mod snapshot_file;
+pub mod written_ahead;
 
 pub use entry::{Apply, Entry};
 pub use error::FileError;

@@ -253,7 +253,7 @@ impl Writer {
             .set_len(self.file_len)
             .and_then(|()| self.file.seek(SeekFrom::Start(self.file_len)));
         // The zeros written ahead went with the cut.
-        self.written_ahead = self.file_len;
+        self.ahead.reset(self.file_len);
         if let Err(e) = cut {
             tracing::error!(file = %self.sh.path.display(), "AOF: cannot cut the file back to {} bytes: {e}", self.file_len);
         }
@@ -345,7 +345,7 @@ impl Writer {
             tracing::error!(file = %self.sh.path.display(), "AOF: fsync at shutdown failed: {e}");
             self.sh.counters.lock().last_error = Some(format!("fsync error: {e}"));
             // What was written may be lost: no longer promise it.
-        } else if self.written_ahead > self.file_len {
+        } else if self.ahead.any_after(self.file_len) {
             // A stopped server's file ends at its last record; a crash's zeros are cut at the
             // next start instead.
             self.cut_ahead();

@@ -145,8 +145,7 @@ impl Writer {
         self.unlogged.clear();
         self.file = file;
         self.file_len = len + run.tail.len() as u64;
-        self.written_ahead = self.file_len;
-        self.write_ahead_after = 0;
+        self.ahead.reset(self.file_len);
         self.size_at_last_rewrite = self.file_len;
         self.unsynced = false;
         self.unsynced_records = 0;

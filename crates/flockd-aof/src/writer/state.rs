@@ -18,12 +18,8 @@ pub(super) struct Writer {
     pub(super) file: File,
     /// Bytes of the file known to be good (written completely).
     pub(super) file_len: u64,
-    /// Where the zeros written ahead of the records end (`file_len` when there are none; see
-    /// `ahead.rs`).
-    pub(super) written_ahead: u64,
-    /// No zeros are written ahead before the records reach this length (after a failed
-    /// write-ahead; 0 otherwise).
-    pub(super) write_ahead_after: u64,
+    /// The zeros written ahead of the records (see `ahead.rs`).
+    pub(super) ahead: flockd_log::written_ahead::WrittenAhead,
     pub(super) size_at_last_rewrite: u64,
     /// Position of the last entry taken from the queue.
     pub(super) last_taken: u64,

@@ -417,7 +417,8 @@ fn zeros_are_written_ahead_under_always_and_cut_at_the_start_and_at_shutdown() {
     let zeros = bytes.len() as u64 - records;
     // The first batch wrote a step of zeros past itself; the others wrote over them.
     assert!(
-        zeros > ahead::WRITE_AHEAD / 2 && zeros <= ahead::WRITE_AHEAD,
+        zeros > flockd_log::written_ahead::WRITE_AHEAD / 2
+            && zeros <= flockd_log::written_ahead::WRITE_AHEAD,
         "{zeros} bytes after the records"
     );
     assert!(bytes[records as usize..].iter().all(|&b| b == 0));

@@ -1,6 +1,6 @@
 //! The flush thread: it writes what the log queued, in order, and syncs. Whatever queues while
 //! one sync runs is written and synced by the next, together (group commit without a timed
-//! wait). Records go into space already written with zeros ([`WRITE_AHEAD`] at a time), so
+//! wait). Records go into space already written with zeros (flockd-log's `written_ahead`), so
 //! that a sync writes the records' blocks and not the file's size too.
 
 use std::fs::{File, OpenOptions};
@@ -14,14 +14,11 @@ use std::time::Instant;
 
 use flockd_histogram::Histogram;
 use flockd_log::fsutil::sync_parent_dir;
+use flockd_log::written_ahead::WrittenAhead;
 use openraft::storage::IOFlushed;
 
 use super::record::SEGMENT_HEADER;
 use crate::types::FlockRaft;
-
-/// Zeros kept written past the last record. A sync after the space ran out writes the file's
-/// new size as well, once per this many bytes.
-pub const WRITE_AHEAD: u64 = 1 << 20;
 
 /// The extension of a segment being created (see [`Writer::create`]).
 pub const UNFINISHED: &str = "new";
@@ -61,10 +58,7 @@ pub struct Writer {
     path: PathBuf,
     /// Where the records end.
     end: u64,
-    /// Where the zeros written ahead end.
-    ahead: u64,
-    /// No zeros are written again before the records reach this (after a failed attempt).
-    retry_ahead_at: u64,
+    ahead: WrittenAhead,
     shared: Arc<Shared>,
     /// Why the log stopped writing, once it did.
     failure: Option<String>,
@@ -79,8 +73,7 @@ impl Writer {
             file,
             path: path.to_owned(),
             end,
-            ahead: len.max(end),
-            retry_ahead_at: 0,
+            ahead: WrittenAhead::new(len.max(end)),
             shared,
             failure: None,
         })
@@ -149,7 +142,7 @@ impl Writer {
             self.round(&mut batch, sync, &mut waiters);
         }
         self.attempt(|w| {
-            w.file.set_len(w.end)?;
+            w.ahead.cut(&w.file, w.end)?;
             w.file.sync_data()
         });
     }
@@ -200,12 +193,10 @@ impl Writer {
     }
 
     fn write(&mut self, bytes: &[u8], sync: bool) -> io::Result<()> {
-        let end = self.end + bytes.len() as u64;
-        if end > self.ahead && end >= self.retry_ahead_at {
-            self.write_ahead(end);
-        }
+        let len = bytes.len() as u64;
+        self.ahead.prepare(&self.file, &self.path, self.end, len)?;
         self.file.write_all_at(bytes, self.end)?;
-        self.end = end;
+        self.end += len;
         if sync {
             self.file.sync_data()?;
             self.shared.syncs.fetch_add(1, Ordering::Relaxed);
@@ -213,36 +204,14 @@ impl Writer {
         Ok(())
     }
 
-    /// Writes zeros up to [`WRITE_AHEAD`] past `need`. A failure (a full disk) is not the log's:
-    /// records go on growing the file, and the zeros are tried again a step later.
-    fn write_ahead(&mut self, need: u64) {
-        static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
-        let to = need + WRITE_AHEAD;
-        let mut at = self.ahead.max(self.end);
-        while at < to {
-            let n = (to - at).min(ZEROS.len() as u64) as usize;
-            if let Err(e) = self.file.write_all_at(&ZEROS[..n], at) {
-                tracing::warn!(
-                    "Raft log: no space written ahead in {} ({e}); records grow the file",
-                    self.path.display()
-                );
-                self.retry_ahead_at = need + WRITE_AHEAD;
-                break;
-            }
-            at += n as u64;
-        }
-        self.ahead = at;
-    }
-
     /// Ends this segment where its records end and starts the next.
     fn roll(&mut self, path: &Path, first: &[u8]) -> io::Result<()> {
-        self.file.set_len(self.end)?;
+        self.ahead.cut(&self.file, self.end)?;
         self.file.sync_data()?;
         self.file = Writer::create(path, first)?;
         self.path = path.to_owned();
         self.end = (SEGMENT_HEADER.len() + first.len()) as u64;
-        self.ahead = self.end;
-        self.retry_ahead_at = 0;
+        self.ahead.reset(self.end);
         Ok(())
     }
 }

@@ -82,7 +82,7 @@ async fn what_was_synced_is_there_after_a_restart() {
     // The zeros written ahead were cut at close: the file ends with the last record.
     let path = segment_path(&dir.0, 1);
     let len = fs::metadata(&path).unwrap().len();
-    assert!(len < flush::WRITE_AHEAD, "{len}");
+    assert!(len < flockd_log::written_ahead::WRITE_AHEAD, "{len}");
     again.close();
 }
 
