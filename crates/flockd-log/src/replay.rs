@@ -24,7 +24,7 @@
 //! damaged tail at offset 0 (the file is emptied, and the writer writes a fresh header).
 //!
 //! **Zeros to the end are the file's end, not damage.** Under `appendfsync always` the writer
-//! keeps zeros written ahead of its records (flockd-aof's `writer/ahead.rs`), so a file left by
+//! keeps zeros written ahead of its records ([`crate::written_ahead`]), so a file left by
 //! a crash ends in them. When everything from the first invalid spot to the end is zero, replay
 //! stops there as at the end of the file and cuts the zeros off without a warning; `check`
 //! reports them apart. (A power loss can also leave zeros where an unacknowledged write was:
