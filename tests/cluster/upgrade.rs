@@ -1,7 +1,8 @@
 //! A one-group cluster written by the release before several Raft groups existed
 //! (`tests/fixtures/cluster-v1.tar.gz`, made by `tests/fixtures/make_cluster_v1_dirs.sh`) starts
 //! on today's binary unchanged: the same leader election, every token and fence where it was,
-//! the next token above them, and no file of the multi-group layout written into its dirs. The
+//! the next token above them, its Raft log moved from raft-log's files into segments, and no
+//! file of the multi-group layout written into its dirs. The
 //! same data started with `cluster-groups 4` is refused, saying why. The fixture's nodes listen
 //! on the loopback ports its membership names: 23111-23113, cluster ports 24111-24113, below
 //! the kernel's ephemeral range, so no free port handed to another test collides with them.
@@ -90,6 +91,19 @@ fn a_one_group_cluster_of_the_previous_release_starts_unchanged() {
         let raft = root.path().join(format!("node{i}/raft"));
         assert!(!raft.join("cluster-groups").exists(), "node {i}");
         assert!(!raft.join("group-2").exists(), "node {i}");
+        // The old release's log (raft-log's files) was moved into the first segment.
+        let log: Vec<String> = std::fs::read_dir(raft.join("log"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            log.iter().any(|n| n == "segment-00000000000000000001.log"),
+            "node {i}: {log:?}"
+        );
+        assert!(
+            !log.iter().any(|n| n.ends_with(".wal") || n == "LOCK"),
+            "node {i}: {log:?}"
+        );
     }
     drop(nodes);
 }
