@@ -79,14 +79,8 @@ pub fn load(dir: &Path) -> Result<Loaded, LogError> {
             loaded.end = end as u64;
             let after = &bytes[end..];
             if !after.iter().all(|&b| b == 0) {
-                // A record cut short by a crash: never acknowledged, so cut off.
+                // Cut below, once the whole log has read well.
                 loaded.cut = after.len() as u64;
-                let file = OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .map_err(at(&path))?;
-                file.set_len(end as u64).map_err(at(&path))?;
-                file.sync_all().map_err(at(&path))?;
             }
         }
         loaded.segments.push(Segment {
@@ -96,10 +90,21 @@ pub fn load(dir: &Path) -> Result<Loaded, LogError> {
         });
     }
     if let Some(index) = missing {
+        // Refused before anything is cut: the files stay as they were.
         return Err(LogError::MissingSegments {
             dir: dir.to_owned(),
             index,
         });
+    }
+    if loaded.cut > 0 {
+        // A record cut short by a crash: never acknowledged, so cut off.
+        let path = &loaded.segments.last().expect("the segment read last").path;
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(at(path))?;
+        file.set_len(loaded.end).map_err(at(path))?;
+        file.sync_all().map_err(at(path))?;
     }
     Ok(loaded)
 }
