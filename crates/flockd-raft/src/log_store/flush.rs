@@ -1,7 +1,8 @@
-//! The flush thread: it writes what the log queued, in order, and syncs. Whatever queues while
-//! one sync runs is written and synced by the next, together (group commit without a timed
-//! wait). Records go into space already written with zeros (flockd-log's `written_ahead`), so
-//! that a sync writes the records' blocks and not the file's size too.
+//! One log's writing: a [`Writer`] gathers what its log queued, in order, and writes and syncs
+//! it when the flush thread ([`super::flusher`]) ends a round. Whatever queues while one sync
+//! runs is written and synced by the next, together (group commit without a timed wait).
+//! Records go into space already written with zeros (flockd-log's `written_ahead`), so that a
+//! sync writes the records' blocks and not the file's size too.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -9,7 +10,6 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
 use flockd_histogram::Histogram;
@@ -22,9 +22,6 @@ use crate::types::FlockRaft;
 
 /// The extension of a segment being created (see [`Writer::create`]).
 pub const UNFINISHED: &str = "new";
-
-/// Jobs handled in one round at most (a round's writes share one sync).
-const ROUND_JOBS: usize = 4096;
 
 /// Who is told that a write is durable.
 pub enum Waiter {
@@ -62,6 +59,10 @@ pub struct Writer {
     shared: Arc<Shared>,
     /// Why the log stopped writing, once it did.
     failure: Option<String>,
+    /// What this round gathered: bytes to write, whether they need a sync, who to tell.
+    batch: Vec<u8>,
+    sync: bool,
+    waiters: Vec<Waiter>,
 }
 
 impl Writer {
@@ -76,6 +77,9 @@ impl Writer {
             ahead: WrittenAhead::new(len.max(end)),
             shared,
             failure: None,
+            batch: Vec::new(),
+            sync: false,
+            waiters: Vec::new(),
         })
     }
 
@@ -98,68 +102,72 @@ impl Writer {
         Ok(file)
     }
 
-    /// Serves jobs until every sender is gone; then cuts the zeros and syncs.
-    pub fn run(mut self, jobs: Receiver<Job>) {
-        let mut batch = Vec::new();
-        let mut waiters = Vec::new();
-        while let Ok(first) = jobs.recv() {
-            let mut sync = false;
-            let mut next = Some(first);
-            let mut handled = 0;
-            while let Some(job) = next.take() {
-                match job {
-                    Job::Write {
-                        bytes,
-                        sync: wants_sync,
-                        waiter,
-                    } => {
-                        batch.extend_from_slice(&bytes);
-                        sync |= wants_sync;
-                        waiters.push(waiter);
-                    }
-                    Job::Roll { path, first } => {
-                        self.round(&mut batch, true, &mut waiters);
-                        sync = false;
-                        self.attempt(|w| w.roll(&path, &first));
-                    }
-                    Job::Remove(paths) => {
-                        self.round(&mut batch, true, &mut waiters);
-                        sync = false;
-                        if self.failure.is_none()
-                            && let Err(e) = remove(&paths)
-                        {
-                            // Not the log's failure: the segments left are read again at the
-                            // next start, and their entries purged again.
-                            tracing::warn!("Raft log: purged segments not removed: {e}");
-                        }
-                    }
-                }
-                handled += 1;
-                if handled < ROUND_JOBS {
-                    next = jobs.try_recv().ok();
-                }
+    /// Takes one job of the round; returns whether it left something gathered for the round's
+    /// end ([`Writer::write_gathered`], [`Writer::sync_gathered`]).
+    pub fn take(&mut self, job: Job) -> bool {
+        match job {
+            Job::Write {
+                bytes,
+                sync,
+                waiter,
+            } => {
+                self.batch.extend_from_slice(&bytes);
+                self.sync |= sync;
+                self.waiters.push(waiter);
+                true
             }
-            self.round(&mut batch, sync, &mut waiters);
+            Job::Roll { path, first } => {
+                self.sync = true;
+                self.flush_gathered();
+                self.attempt(|w| w.roll(&path, &first));
+                false
+            }
+            Job::Remove(paths) => {
+                self.sync = true;
+                self.flush_gathered();
+                if self.failure.is_none()
+                    && let Err(e) = remove(&paths)
+                {
+                    // Not the log's failure: the segments left are read again at the next
+                    // start, and their entries purged again.
+                    tracing::warn!("Raft log: purged segments not removed: {e}");
+                }
+                false
+            }
         }
-        self.attempt(|w| {
-            w.ahead.cut(&w.file, w.end)?;
-            w.file.sync_data()
-        });
     }
 
-    /// Writes the batch, syncs if asked, and tells its waiters.
-    fn round(&mut self, batch: &mut Vec<u8>, sync: bool, waiters: &mut Vec<Waiter>) {
-        if !batch.is_empty() || sync {
-            let bytes = std::mem::take(batch);
-            self.attempt(|w| w.write(&bytes, sync));
-            *batch = bytes;
-            batch.clear();
+    /// Writes what was gathered, and syncs and tells its waiters.
+    fn flush_gathered(&mut self) {
+        self.write_gathered();
+        self.sync_gathered();
+    }
+
+    /// Writes what was gathered, without a sync (the flush thread writes every log's batch
+    /// before it syncs any).
+    pub fn write_gathered(&mut self) {
+        if !self.batch.is_empty() {
+            let bytes = std::mem::take(&mut self.batch);
+            self.attempt(|w| w.write(&bytes));
+            self.batch = bytes;
+            self.batch.clear();
+        }
+    }
+
+    /// Syncs what was written if the round asked for a sync, and tells its waiters.
+    pub fn sync_gathered(&mut self) {
+        if std::mem::take(&mut self.sync) {
+            self.attempt(|w| {
+                w.file.sync_data()?;
+                w.shared.syncs.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            });
         }
         let result = match &self.failure {
             None => Ok(()),
             Some(why) => Err(why.clone()),
         };
-        for waiter in waiters.drain(..) {
+        for waiter in self.waiters.drain(..) {
             let answer = || result.clone().map_err(io::Error::other);
             match waiter {
                 Waiter::None => {}
@@ -179,6 +187,15 @@ impl Writer {
         }
     }
 
+    /// The log closes: writes and syncs what is gathered, cuts the zeros and syncs.
+    pub fn finish(&mut self) {
+        self.flush_gathered();
+        self.attempt(|w| {
+            w.ahead.cut(&w.file, w.end)?;
+            w.file.sync_data()
+        });
+    }
+
     /// Runs `step` unless the log already failed; a failure stops all writing for good (after
     /// a failed sync what reached the disk is unknown, so nothing may be acknowledged again).
     fn attempt(&mut self, step: impl FnOnce(&mut Writer) -> io::Result<()>) {
@@ -192,15 +209,11 @@ impl Writer {
         }
     }
 
-    fn write(&mut self, bytes: &[u8], sync: bool) -> io::Result<()> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
         let len = bytes.len() as u64;
         self.ahead.prepare(&self.file, &self.path, self.end, len)?;
         self.file.write_all_at(bytes, self.end)?;
         self.end += len;
-        if sync {
-            self.file.sync_data()?;
-            self.shared.syncs.fetch_add(1, Ordering::Relaxed);
-        }
         Ok(())
     }
 

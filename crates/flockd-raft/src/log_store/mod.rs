@@ -7,7 +7,8 @@
 //! * [`mem`]: the log as it stands, kept in memory and changed the same way live and at
 //!   start-up; reads are served from it.
 //! * [`load`]: the segments read back at start-up.
-//! * [`flush`]: the thread that writes, syncs, starts segments and removes purged ones.
+//! * [`flush`]: a log's writing: it writes, syncs, starts segments and removes purged ones.
+//! * [`flusher`]: the thread that does it, for one log or for every group's log of a node.
 //!
 //! Changes are made to the memory and queued to the flush thread under one lock, so the file
 //! holds them in the order openraft made them. An append or a vote is acknowledged once the
@@ -16,6 +17,7 @@
 mod codec;
 pub mod error;
 pub mod flush;
+pub mod flusher;
 pub mod load;
 pub mod mem;
 mod migrate;
@@ -28,8 +30,7 @@ use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Sender, channel, sync_channel};
-use std::thread::JoinHandle;
+use std::sync::mpsc::sync_channel;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -43,6 +44,7 @@ use crate::types::{FlockRaft, LogId, RaftEntry, Vote};
 use codec::{decode_entry, encode_payload};
 use error::{LogError, at};
 use flush::{Job, Waiter, Writer};
+use flusher::{Flusher, Slot};
 use load::Segment;
 use mem::{Mem, Stored};
 use record::{Record, SEGMENT_HEADER, push_record, segment_path};
@@ -82,8 +84,7 @@ struct Inner {
 
 /// What only changes of the log touch: the queue to the flush thread and the segments.
 struct WriterSide {
-    jobs: Sender<Job>,
-    thread: JoinHandle<()>,
+    flush: Slot,
     _lock: File,
     dir: PathBuf,
     segments: Vec<Segment>,
@@ -96,13 +97,29 @@ struct WriterSide {
 impl LogStore {
     /// Opens (or creates) the log in `dir`; `sync_delay_ms` stays zero outside fault tests.
     pub fn open(dir: &Path, sync_delay_ms: Arc<AtomicU64>) -> io::Result<LogStore> {
-        Ok(LogStore::open_in(dir, sync_delay_ms, SEGMENT_BYTES)?)
+        LogStore::open_on(dir, sync_delay_ms, &Flusher::start()?)
+    }
+
+    /// As [`LogStore::open`], written and synced by `flusher`'s thread, which other logs may
+    /// share (a multi-group node's groups: one thread for all, each log in its own files).
+    pub fn open_on(
+        dir: &Path,
+        sync_delay_ms: Arc<AtomicU64>,
+        flusher: &Flusher,
+    ) -> io::Result<LogStore> {
+        Ok(LogStore::open_in(
+            dir,
+            sync_delay_ms,
+            SEGMENT_BYTES,
+            flusher,
+        )?)
     }
 
     fn open_in(
         dir: &Path,
         sync_delay_ms: Arc<AtomicU64>,
         segment_bytes: u64,
+        flusher: &Flusher,
     ) -> Result<LogStore, LogError> {
         std::fs::create_dir_all(dir).map_err(at(dir))?;
         let lock_path = dir.join(LOCK_FILE);
@@ -152,17 +169,12 @@ impl LogStore {
         });
         let current = &loaded.segments.last().expect("one at least").path;
         let writer = Writer::open(current, loaded.end, flush.clone()).map_err(at(current))?;
-        let (jobs, queue) = channel();
-        let thread = std::thread::Builder::new()
-            .name("raft-log-flush".to_owned())
-            .spawn(move || writer.run(queue))
-            .map_err(LogError::Plain)?;
+        let slot = flusher.add(writer)?;
         Ok(LogStore {
             inner: Arc::new(Inner {
                 mem: Mutex::new(loaded.mem),
                 writer: Mutex::new(Some(WriterSide {
-                    jobs,
-                    thread,
+                    flush: slot,
                     _lock: lock,
                     dir: dir.to_owned(),
                     segments: loaded.segments,
@@ -176,16 +188,13 @@ impl LogStore {
         })
     }
 
-    /// Closes the log: the flush thread writes and syncs what is queued and ends, and the
-    /// directory is unlocked. Every later use of any clone is an error.
+    /// Closes the log: the flush thread writes and syncs what is queued, and the directory is
+    /// unlocked. Every later use of any clone is an error.
     pub fn close(&self) {
         let side = self.inner.writer.lock().take();
         if let Some(side) = side {
-            let WriterSide { jobs, thread, .. } = side;
-            drop(jobs);
-            if thread.join().is_err() {
-                tracing::error!("the Raft log's flush thread panicked");
-            }
+            let WriterSide { flush, _lock, .. } = side;
+            flush.close();
         }
     }
 
@@ -263,7 +272,7 @@ impl WriterSide {
         if let Job::Write { bytes, .. } = &job {
             self.size += bytes.len() as u64;
         }
-        self.jobs.send(job).map_err(|_| LogError::Closed)
+        self.flush.send(job)
     }
 
     /// Begins the next segment once this one is full. Its first records are the vote and where
@@ -287,9 +296,7 @@ impl WriterSide {
             path: path.clone(),
             last_index: None,
         });
-        self.jobs
-            .send(Job::Roll { path, first })
-            .map_err(|_| LogError::Closed)
+        self.flush.send(Job::Roll { path, first })
     }
 }
 

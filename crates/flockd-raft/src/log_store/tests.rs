@@ -123,7 +123,8 @@ async fn zeros_and_a_torn_record_at_the_end_are_cut_and_damage_before_a_record_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_segments_roll_and_purged_ones_are_removed() {
     let dir = Dir::new("roll");
-    let mut log = LogStore::open_in(&dir.0, Arc::default(), 512).unwrap();
+    let mut log =
+        LogStore::open_in(&dir.0, Arc::default(), 512, &Flusher::start().unwrap()).unwrap();
     log.save_vote(&Vote::new(1, 1)).await.unwrap();
     for round in 0..20 {
         append(&mut log, 1, round * 10..round * 10 + 10).await;
@@ -143,7 +144,8 @@ async fn full_segments_roll_and_purged_ones_are_removed() {
     assert_eq!(before.first(), Some(&(1, 151)));
     log.close();
 
-    let mut again = LogStore::open_in(&dir.0, Arc::default(), 512).unwrap();
+    let mut again =
+        LogStore::open_in(&dir.0, Arc::default(), 512, &Flusher::start().unwrap()).unwrap();
     assert_eq!(ids(&mut again).await, before);
     assert_eq!(again.read_vote().await.unwrap(), Some(Vote::new(3, 1)));
     let state = again.get_log_state().await.unwrap();
@@ -169,4 +171,50 @@ fn a_closed_log_unlocks_its_dir_while_clones_live_on() {
     assert_eq!(closed.kind(), io::ErrorKind::NotConnected);
     assert_eq!(lingering.stats(), LogStats::default());
     again.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_sharing_a_flush_thread_keep_their_own_files() {
+    let dirs = [Dir::new("shared-a"), Dir::new("shared-b")];
+    let flusher = Flusher::start().unwrap();
+    let mut a = LogStore::open_on(&dirs[0].0, Arc::default(), &flusher).unwrap();
+    let mut b = LogStore::open_on(&dirs[1].0, Arc::default(), &flusher).unwrap();
+    a.save_vote(&Vote::new(2, 1)).await.unwrap();
+    b.save_vote(&Vote::new(7, 3)).await.unwrap();
+    let (mut a2, mut b2) = (a.clone(), b.clone());
+    tokio::join!(
+        async move {
+            for round in 0..20 {
+                append(&mut a2, 1, round * 3..round * 3 + 3).await;
+            }
+        },
+        async move {
+            for round in 0..20 {
+                append(&mut b2, 4, round..round + 1).await;
+            }
+        }
+    );
+    b.purge(id(4, 4)).await.unwrap();
+    assert_eq!(ids(&mut a).await.len(), 60);
+    assert_eq!(ids(&mut b).await.first(), Some(&(4, 5)));
+
+    // One closes; the other goes on writing through the same thread.
+    a.close();
+    append(&mut b, 4, 20..21).await;
+    let b_before = ids(&mut b).await;
+    let a_again = LogStore::open_on(&dirs[0].0, Arc::default(), &flusher).unwrap();
+    let mut a_again_reader = a_again.clone();
+    assert_eq!(ids(&mut a_again_reader).await.len(), 60);
+    assert_eq!(
+        a_again_reader.read_vote().await.unwrap(),
+        Some(Vote::new(2, 1))
+    );
+    a_again.close();
+    b.close();
+    drop(flusher);
+
+    let mut b_again = LogStore::open(&dirs[1].0, Arc::default()).unwrap();
+    assert_eq!(ids(&mut b_again).await, b_before);
+    assert_eq!(b_again.read_vote().await.unwrap(), Some(Vote::new(7, 3)));
+    b_again.close();
 }

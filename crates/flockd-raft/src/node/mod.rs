@@ -44,6 +44,7 @@ use crate::apply_trace::ApplyTrace;
 use crate::counters::{RaftCounters, RaftStats};
 use crate::error::StartError;
 use crate::identity::{Identities, Identity};
+use crate::log_store::flusher::Flusher;
 use crate::log_store::{LogStore, node as basic_node};
 use crate::network::{
     Forwarded, MembershipChange, NetworkFactory, Peers, ReadPoint, Request, Response,
@@ -270,20 +271,21 @@ impl PeerGroups for Groups {
 }
 
 /// Opens group `group`'s log and snapshot and starts its Raft. A new group's first start on
-/// the member with the smallest id forms it with the peers.
+/// the member with the smallest id forms it with the peers. Every group's log is written by
+/// `flusher`'s one thread.
 async fn start_group(
     settings: &ClusterSettings,
     (group, groups): (u16, u16),
     GroupHost { apply: host, clock }: GroupHost,
-    seed: Option<flockd_core::StateMachine>,
+    (seed, flusher): (Option<flockd_core::StateMachine>, &Flusher),
     together: &Together,
 ) -> Result<(Arc<Node>, openraft::WatchChangeHandle<FlockRaft>), StartError> {
     let dir = group_dir(&settings.dir, group);
     let me = together.me;
     let log_dir = dir.join("log");
-    let log =
-        tokio::task::block_in_place(|| LogStore::open(&log_dir, settings.sync_delay_ms.clone()))
-            .map_err(io_at(&log_dir))?;
+    let delay = settings.sync_delay_ms.clone();
+    let log = tokio::task::block_in_place(|| LogStore::open_on(&log_dir, delay, flusher))
+        .map_err(io_at(&log_dir))?;
     let pristine = log.is_pristine().map_err(io_at(&log_dir))?;
     let pending = Arc::new(PendingTable::default());
     let snapshot_dir = dir.join("snapshot");
@@ -545,10 +547,12 @@ impl Cluster {
             peers,
         };
         let mut seed = seed;
+        let flusher = Flusher::start().map_err(io_at(&dir))?;
         let mut nodes = Vec::with_capacity(hosts.len());
         for (group, host) in (0..count).zip(hosts) {
             let numbered = (group, count);
-            nodes.push(start_group(&settings, numbered, host, seed.take(), &shared).await?);
+            let log_with = (seed.take(), &flusher);
+            nodes.push(start_group(&settings, numbered, host, log_with, &shared).await?);
         }
         let addr = SocketAddr::new(settings.bind, settings.cport);
         let listener = transport
