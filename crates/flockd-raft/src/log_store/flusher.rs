@@ -18,8 +18,9 @@ enum Message {
     /// A log opened: its writer, under its number.
     Add(usize, Box<Writer>),
     Job(usize, Job),
-    /// A log closes: write and sync what it queued, cut its zeros, then say so.
-    Close(usize, SyncSender<()>),
+    /// A log closes: write and sync what it queued, cut its zeros, then say so (if asked: a
+    /// log dropped without a close does not wait).
+    Close(usize, Option<SyncSender<()>>),
 }
 
 /// The flush thread's queue, shared by the logs it serves. The thread ends once every clone
@@ -34,6 +35,7 @@ pub struct Flusher {
 pub struct Slot {
     queue: Sender<Message>,
     number: usize,
+    closed: bool,
 }
 
 impl Flusher {
@@ -57,6 +59,7 @@ impl Flusher {
         Ok(Slot {
             queue: self.queue.clone(),
             number,
+            closed: false,
         })
     }
 }
@@ -70,10 +73,22 @@ impl Slot {
 
     /// Returns once everything this log queued is written and synced and its file is cut to
     /// its records.
-    pub fn close(self) {
+    pub fn close(mut self) {
+        self.closed = true;
         let (done, wait) = sync_channel(1);
-        if self.queue.send(Message::Close(self.number, done)).is_err() || wait.recv().is_err() {
+        let asked = Message::Close(self.number, Some(done));
+        if self.queue.send(asked).is_err() || wait.recv().is_err() {
             tracing::error!("the Raft log's flush thread is gone");
+        }
+    }
+}
+
+impl Drop for Slot {
+    /// A log dropped without [`Slot::close`] is still finished (its file cut to its records),
+    /// though the thread goes on serving others.
+    fn drop(&mut self) {
+        if !self.closed {
+            let _ = self.queue.send(Message::Close(self.number, None));
         }
     }
 }
@@ -103,7 +118,9 @@ fn serve(messages: Receiver<Message>) {
                     if let Some(mut writer) = writers.get_mut(number).and_then(Option::take) {
                         writer.finish();
                     }
-                    let _ = done.send(());
+                    if let Some(done) = done {
+                        let _ = done.send(());
+                    }
                 }
             }
             handled += 1;
