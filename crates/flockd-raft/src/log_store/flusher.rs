@@ -130,17 +130,16 @@ fn serve(messages: Receiver<Message>) {
         }
         gathered.sort_unstable();
         gathered.dedup();
-        let mut round: Vec<&mut Writer> = writers
-            .iter_mut()
-            .enumerate()
-            .filter(|(number, _)| gathered.binary_search(number).is_ok())
-            .filter_map(|(_, writer)| writer.as_mut())
-            .collect();
-        for writer in round.iter_mut() {
-            writer.write_gathered();
+        // Every log's batch is written before any sync, so that each sync finds its writes done.
+        for &number in &gathered {
+            if let Some(writer) = writers[number].as_mut() {
+                writer.write_gathered();
+            }
         }
-        for writer in round.iter_mut() {
-            writer.sync_gathered();
+        for &number in &gathered {
+            if let Some(writer) = writers[number].as_mut() {
+                writer.sync_gathered();
+            }
         }
         gathered.clear();
     }
