@@ -8,13 +8,22 @@ straight to its group's leader; with one group straight to the leader (redis-ben
 a cluster of one master). Prints, per round and as medians: server CPU per acquire (the three
 members together), acquires/s, idle CPU and RSS per member, and the ratio to one group.
 
+With `--rate R` the load is the same for every G instead of as much as each takes: 64
+connections, each sending its next acquire at its own fixed times (R per second in all, spread
+evenly), every name with a hash tag that puts it in one group, to that group's leader as
+CLUSTER SLOTS names it, for `--seconds` seconds. Flat out, one group goes faster than four and
+so gathers more ops in each entry and sync; at one rate both carry the same ops per second.
+
     python3 tests/groups_cost.py --flockd target/release/flockd [--rounds 3] [--groups 1,4]
+    python3 tests/groups_cost.py --flockd target/release/flockd --rate 10000 [--seconds 8]
 
 Needs redis-benchmark and redis-cli (Debian's redis-tools). Every process it starts is stopped
 by its pid; its dirs are removed.
 """
 import argparse
+import asyncio
 import os
+import random
 import re
 import shutil
 import signal
@@ -106,6 +115,46 @@ class Cluster:
             raise SystemExit(f"redis-benchmark gave no throughput:\n{out[-2000:]}")
         return float(found.group(1))
 
+    def paced(self, rate, seconds, connections=64):
+        """Acquires at `rate` per second in all for `seconds` (see the module's text); returns
+        how many were answered."""
+        import redis  # only for the two setup calls; the load itself is raw RESP
+        first = redis.Redis(host="127.0.0.1", port=self.ports[0])
+        targets = []
+        for start, end, master, *_ in first.execute_command("CLUSTER", "SLOTS"):
+            tag = next(f"g{k}" for k in range(100_000)
+                       if start <= first.execute_command("CLUSTER", "KEYSLOT", f"g{k}") <= end)
+            targets.append((int(master[1]), tag))
+        first.close()
+        interval = connections / rate
+
+        async def one(i, begin, stop):
+            port, tag = targets[i % len(targets)]
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            due, answered = begin + interval * i / connections, 0
+            while due < stop:
+                wait = due - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                due += interval
+                name = f"lock:{{{tag}}}:{random.randrange(10_000_000)}".encode()
+                writer.write(b"*3\r\n$13\r\nFLOCK.ACQUIRE\r\n$%d\r\n%s\r\n$7\r\n6000000\r\n"
+                             % (len(name), name))
+                reply = await reader.readline()
+                if reply.startswith(b"-"):
+                    raise SystemExit(f"an acquire on port {port} failed: {reply!r}")
+                answered += 1
+            writer.close()
+            return answered
+
+        async def run():
+            begin = time.monotonic() + 0.2
+            counts = await asyncio.gather(*(one(i, begin, begin + seconds)
+                                            for i in range(connections)))
+            return sum(counts)
+
+        return asyncio.run(asyncio.wait_for(run(), timeout=seconds + 60))
+
     def stop(self):
         for p in self.procs:
             if p.poll() is None:
@@ -120,6 +169,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--groups", default="1,4")
     ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--rate", type=int, help="acquires/s offered to every G alike (paced)")
+    ap.add_argument("--seconds", type=float, default=8.0, help="how long a paced load runs")
     args = ap.parse_args()
     groups = [int(g) for g in args.groups.split(",")]
     rows = {g: [] for g in groups}
@@ -133,9 +184,14 @@ def main():
                 time.sleep(10)
                 idle = (cluster.cpu() - before) / (time.monotonic() - started)
                 rss = statistics.mean(rss_kib(p.pid) for p in cluster.procs) / 1024
-                before = cluster.cpu()
-                rps = cluster.load(args.requests)
-                us = (cluster.cpu() - before) / args.requests * 1e6
+                before, started = cluster.cpu(), time.monotonic()
+                if args.rate:
+                    done = cluster.paced(args.rate, args.seconds)
+                    rps = done / (time.monotonic() - started - 0.2)
+                else:
+                    done = args.requests
+                    rps = cluster.load(done)
+                us = (cluster.cpu() - before) / done * 1e6
             finally:
                 cluster.stop()
             rows[g].append((us, rps, idle * 100, rss))
