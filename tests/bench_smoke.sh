@@ -38,4 +38,13 @@ timeout 180 "$target_dir/$profile/flockd-bench" --smoke --flockd "$target_dir/$p
 # the one-feature comparisons: subscribers, the metrics port scraped, TLS
 timeout 120 "$target_dir/$profile/flockd-bench" --smoke --flockd "$target_dir/$profile/flockd" \
   --only none --no-sweep --fsync everysec --subscribers 2 --metrics-cost --tls-cost --rounds 2 "$@"
+# the floor under a replicated op without flockd (docs/benchmarks.md): its three roles run and
+# answer, and it leaves no file behind
+floor_dir=$(mktemp -d)
+timeout 60 "$target_dir/$profile/replication_floor" --ops 50 --rounds 1 --dir "$floor_dir"
+if [ -n "$(ls -A "$floor_dir")" ]; then
+  echo "bench smoke: replication_floor left files in $floor_dir: $(ls "$floor_dir")" >&2
+  exit 1
+fi
+rmdir "$floor_dir"
 echo "bench smoke: ok in $(( $(date +%s) - start )) s"

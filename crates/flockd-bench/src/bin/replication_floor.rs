@@ -123,12 +123,18 @@ impl Log {
     }
 
     /// Says the median append (+ sync) and this process's CPU per op, in µs, on stdout for the
-    /// parent, and removes the file.
+    /// parent.
     fn report(mut self) -> io::Result<()> {
-        let _ = std::fs::remove_file(&self.path);
         let ops = self.syncs.len().max(1) as f64;
         println!("{:.1} {:.1}", median_us(&mut self.syncs), cpu_us() / ops);
         io::stdout().flush()
+    }
+}
+
+impl Drop for Log {
+    /// The file goes with the process, also when it ends on an error.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -265,7 +271,7 @@ fn wait_for_ack(followers: &mut [TcpStream; 2], acked: &mut [u64; 2]) -> io::Res
     Ok(())
 }
 
-/// A server process of this binary, stopped by its pid when dropped.
+/// A server process of this binary, waited for (or stopped by its pid) when dropped.
 struct Server {
     child: Child,
     out: BufReader<std::process::ChildStdout>,
@@ -290,7 +296,15 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// A server ends on its own once its client is gone (and removes its file); one that has
+    /// not within 2 s is killed.
     fn drop(&mut self) {
+        for _ in 0..200 {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
