@@ -5,10 +5,11 @@ acquire+release cycle, as a ratio to what a single node spends on the same cycle
 Runs `flockd-bench --cluster` (workload 2, 64 connections, `appendfsync always`, rounds that
 alternate a single node, the cluster through its leader and through a follower) and reads the
 server CPU per cycle of each from its report. Absolute CPU times move with the machine's load;
-the ratios, measured side by side, repeat within a few percent (debug builds on this 2-core
-machine: leader/single 4.45 and 4.55 in two runs, follower/single 5.41 and 5.54). Fails (exit 1)
-when a ratio is more than MARGIN above the committed figure in tests/cluster_cpu_guard.toml,
-after one more measurement; with --update it rewrites the figures instead (commit them with the
+the ratios, measured side by side, repeat far better, though not closely on this shared 2-core
+machine (debug builds, leader/single: 4.45 and 4.55 in two runs on 2026-12-05; 5.57 to 6.95
+over the runs of 2026-12-06). Fails (exit 1) when a ratio is more than MARGIN above the
+committed figure in tests/cluster_cpu_guard.toml in the first measurement and in AGAIN more;
+with --update it rewrites the figures instead (commit them with the
 change that moved them, and say why in --reason).
 
 The figures belong to one build profile: CI measures the debug build its tests already made
@@ -28,6 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 MARGIN = 0.20
+# Measurements after a first one over the limit, before the guard fails.
+AGAIN = 2
 FIGURES = Path(__file__).with_name("cluster_cpu_guard.toml")
 TARGETS = {
     "single": "single node, appendfsync always",
@@ -109,8 +112,13 @@ def main():
     limits = {k: v * (1 + MARGIN) for k, v in committed["ratio"].items()}
     over = [k for k in limits if ratios[k] > limits[k]]
     table(committed["ratio"], ratios, cpu)
-    if over:
-        print(f"cluster CPU guard: {over} above the limit; measuring once more")
+    # Noise on this shared machine only adds CPU, and one run in a busy minute can pass the
+    # margin (local CI at 8310089, no change to the server: leader 6.95 and follower 8.79
+    # against limits of 7.09 and 8.84). A regression is over the limit every time.
+    for again in range(1, AGAIN + 1):
+        if not over:
+            break
+        print(f"cluster CPU guard: {over} above the limit; measuring again ({again} of {AGAIN})")
         ratios, cpu = measure(args.bench, args.flockd)
         table(committed["ratio"], ratios, cpu)
         over = [k for k in limits if ratios[k] > limits[k]]
