@@ -172,6 +172,8 @@ def main():
     ap.add_argument("--rate", type=int, help="acquires/s offered to every G alike (paced)")
     ap.add_argument("--seconds", type=float, default=8.0, help="how long a paced load runs")
     args = ap.parse_args()
+    if args.rate is not None and not (0 < args.rate <= 1_000_000 and 0 < args.seconds <= 600):
+        ap.error("--rate takes 1 to 1000000 acquires/s, --seconds more than 0 and at most 600")
     groups = [int(g) for g in args.groups.split(",")]
     rows = {g: [] for g in groups}
     for r in range(args.rounds):
