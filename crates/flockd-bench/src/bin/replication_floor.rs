@@ -84,6 +84,8 @@ struct Log {
     at: u64,
     sync: bool,
     syncs: Vec<Duration>,
+    /// The process's CPU once its space was written: the ops' CPU is counted from here.
+    cpu_ready: f64,
 }
 
 impl Log {
@@ -108,6 +110,7 @@ impl Log {
             at: 0,
             sync,
             syncs: Vec::new(),
+            cpu_ready: cpu_us(),
         })
     }
 
@@ -126,7 +129,8 @@ impl Log {
     /// parent.
     fn report(mut self) -> io::Result<()> {
         let ops = self.syncs.len().max(1) as f64;
-        println!("{:.1} {:.1}", median_us(&mut self.syncs), cpu_us() / ops);
+        let cpu = cpu_us() - self.cpu_ready;
+        println!("{:.1} {:.1}", median_us(&mut self.syncs), cpu / ops);
         io::stdout().flush()
     }
 }
