@@ -98,6 +98,16 @@ impl FenceRegister {
         }
     }
 
+    /// A restore starts: see [`Stripes::begin_load`].
+    pub fn begin_load(&mut self) {
+        self.keys.begin_load();
+    }
+
+    /// A restore ends: see [`Stripes::end_load`].
+    pub fn end_load(&mut self) {
+        self.keys.end_load();
+    }
+
     pub fn snapshot(&self, emit: &mut dyn FnMut(SnapshotItem<'_>)) {
         for (key, fence) in self.keys.iter() {
             emit(SnapshotItem::Fence {

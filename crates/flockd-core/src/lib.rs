@@ -45,5 +45,7 @@ pub use v1::V1Change;
 /// The largest token or counter value: tokens must fit a signed 64-bit integer (a SQL BIGINT).
 pub const MAX_TOKEN: u64 = i64::MAX as u64;
 
+mod far;
 mod name;
+mod places;
 mod stripes;

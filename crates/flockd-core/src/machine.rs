@@ -376,6 +376,8 @@ impl StateMachine {
     pub fn restore_begin(&mut self, position: u64, at: Millis) {
         self.position = position;
         self.at = at;
+        self.locks.begin_load();
+        self.fences.begin_load();
     }
 
     pub fn restore(&mut self, item: &SnapshotItem<'_>) {
@@ -428,6 +430,8 @@ impl StateMachine {
 
     /// Ends a restore: rebuilds the deadline index from the holdings.
     pub fn restore_end(&mut self) {
+        self.locks.end_load();
+        self.fences.end_load();
         self.locks.rebuild_deadlines();
     }
 }

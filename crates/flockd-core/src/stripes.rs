@@ -3,32 +3,28 @@
 //! to be written out. The first write to a stripe a snapshot still holds copies that stripe (one
 //! 256th of the map), like the pages of a forked Redis.
 //!
-//! Every key has a place: its stripe in the top 8 of 63 bits, then 55 more bits of its hash,
+//! Every key has a place: its stripe in the top 8 of 57 bits, then 49 more bits of its hash,
 //! from a hash with a fixed seed, so the same on every machine and for the life of the key.
-//! Each stripe is a B-tree keyed by place (the keys of one place, almost never more than one,
-//! share its value), so the whole map is in place order, and that order is also SCAN's walk: a
-//! cursor is a place, and a walk from it never skips a key that stays (what SCAN and
-//! FLOCK.SCAN promise) whatever else is inserted or removed meanwhile. A hash table would find
-//! a key with one or two fewer cache misses, but its order changes when it grows, so the walk
-//! needed an ordered index of every name beside it: 44 more bytes per name and a second insert
-//! per new name. A lookup compares places, integers, on the way down, and names at the end.
+//! Each stripe is a table keyed by place ([`Places`]: a hash table by the place's hash bits
+//! that keeps its entries in place order, through growth too; the keys of one place, almost
+//! never more than one, share its value), so the whole map is in place order, and that order is
+//! also SCAN's walk: a cursor is a place, and a walk from it never skips a key that stays (what
+//! SCAN and FLOCK.SCAN promise) whatever else is inserted or removed meanwhile. A lookup
+//! compares places, integers, and names at the end.
 
-use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use crate::name::Name;
+use crate::places::{PLACE_HASH_BITS, Places};
 
 pub(crate) const STRIPES: usize = 256;
 
 /// Bits of a place below the stripe's.
-const SHARD_SHIFT: u32 = 49;
+const SHARD_SHIFT: u32 = PLACE_HASH_BITS;
 
-/// Keyed by the place alone: a node's keys are then 11 integers in two cache lines, and a
-/// descent reads those, not 32-byte (place, name) pairs spread over six (on a table of a
-/// million names the lookups were a quarter of the daemon's samples under pipelined acquires).
-/// The names sit in the values.
-type Stripe<V> = BTreeMap<u64, Slot<V>>;
+/// Keyed by the place alone (an integer to compare); the names sit in the values.
+type Stripe<V> = Places<Slot<V>>;
 
 /// The keys at one place: almost always one. Two names share a place only if 57 bits of their
 /// hashes agree.
@@ -65,6 +61,9 @@ pub(crate) struct Stripes<V: Clone> {
     stripes: Box<[Arc<Stripe<V>>]>,
     /// Keys beyond the first at their place, so that `len` is a sum of the stripes' lengths.
     sharing: usize,
+    /// Between [`Stripes::begin_load`] and [`Stripes::end_load`]: new keys go far (see
+    /// [`Places::get_or_insert_far`]).
+    loading: bool,
 }
 
 impl<V: Clone> Default for Stripes<V> {
@@ -72,6 +71,7 @@ impl<V: Clone> Default for Stripes<V> {
         Stripes {
             stripes: (0..STRIPES).map(|_| Arc::new(Stripe::default())).collect(),
             sharing: 0,
+            loading: false,
         }
     }
 }
@@ -120,7 +120,7 @@ impl<V: Clone> Stripes<V> {
     // The `_at` forms take the key's place, so that a test can make two keys share one.
 
     fn get_at(&self, place: u64, key: &[u8]) -> Option<&V> {
-        let slot = self.stripes[stripe_of_place(place)].get(&place)?;
+        let slot = self.stripes[stripe_of_place(place)].get(place)?;
         slot.keys()
             .iter()
             .find(|(name, _)| name.as_bytes() == key)
@@ -130,24 +130,31 @@ impl<V: Clone> Stripes<V> {
     fn get_mut_at(&mut self, place: u64, key: &[u8]) -> Option<&mut V> {
         let stripe = &mut self.stripes[stripe_of_place(place)];
         // A stripe a snapshot shares is copied only for a key it holds.
-        let index = stripe.get(&place)?.position(key)?;
-        let slot = Arc::make_mut(stripe).get_mut(&place)?;
+        let index = stripe.get(place)?.position(key)?;
+        let slot = Arc::make_mut(stripe).get_mut(place)?;
         Some(&mut slot.keys_mut()[index].1)
     }
 
     fn get_or_insert_at(&mut self, place: u64, key: &[u8], make: impl FnOnce() -> V) -> &mut V {
         let stripe = Arc::make_mut(&mut self.stripes[stripe_of_place(place)]);
-        let slot = match stripe.entry(place) {
-            std::collections::btree_map::Entry::Vacant(vacant) => {
-                let slot = vacant.insert(Slot::One((Name::from(key), make())));
-                return &mut slot.keys_mut()[0].1;
-            }
-            std::collections::btree_map::Entry::Occupied(occupied) => occupied.into_mut(),
+        let mut make = Some(make);
+        let make_slot = || {
+            let make = make.take().expect("called once");
+            Slot::One((Name::from(key), make()))
         };
+        let (slot, made) = if self.loading {
+            stripe.get_or_insert_far(place, make_slot)
+        } else {
+            stripe.get_or_insert_with(place, make_slot)
+        };
+        if made {
+            return &mut slot.keys_mut()[0].1;
+        }
         let index = match slot.position(key) {
             Some(index) => index,
             None => {
                 self.sharing += 1;
+                let make = make.take().expect("not called for a place there");
                 let pair = (Name::from(key), make());
                 match slot {
                     Slot::Shared(pairs) => pairs.push(pair),
@@ -167,20 +174,34 @@ impl<V: Clone> Stripes<V> {
 
     fn remove_at(&mut self, place: u64, key: &[u8]) -> Option<V> {
         let stripe = &mut self.stripes[stripe_of_place(place)];
-        let index = stripe.get(&place)?.position(key)?;
+        let index = stripe.get(place)?.position(key)?;
         let stripe = Arc::make_mut(stripe);
-        match stripe.remove(&place)? {
-            Slot::One((_, value)) => Some(value),
-            Slot::Shared(mut pairs) => {
-                self.sharing -= 1;
-                let (_, value) = pairs.remove(index);
-                let rest = if pairs.len() == 1 {
-                    Slot::One(pairs.pop().expect("one left"))
-                } else {
-                    Slot::Shared(pairs)
-                };
-                stripe.insert(place, rest);
-                Some(value)
+        let slot = stripe.get_mut(place)?;
+        let Slot::Shared(pairs) = slot else {
+            let Slot::One((_, value)) = stripe.remove(place)? else {
+                unreachable!("one key at the place")
+            };
+            return Some(value);
+        };
+        self.sharing -= 1;
+        let (_, value) = pairs.remove(index);
+        if pairs.len() == 1 {
+            *slot = Slot::One(pairs.pop().expect("one left"));
+        }
+        Some(value)
+    }
+
+    /// A load (a snapshot's keys in place order, then the log after it) starts: new keys go
+    /// where increasing places cost a B-tree insert, until [`Stripes::end_load`].
+    pub fn begin_load(&mut self) {
+        self.loading = true;
+    }
+
+    /// The load is over: every stripe's keys in a table sized for them.
+    pub fn end_load(&mut self) {
+        if std::mem::take(&mut self.loading) {
+            for stripe in self.stripes.iter_mut() {
+                Arc::make_mut(stripe).settle();
             }
         }
     }
@@ -210,21 +231,23 @@ impl<V: Clone> Stripes<V> {
 
     /// Visits the keys from place `cursor` on, in place order, until `count` were visited (and
     /// the keys sharing the last one's place: a cursor is a place, so they must come in the same
-    /// call). The cursor to go on with, or `None` once every place was visited. O(log n +
-    /// count) per call.
+    /// call). The cursor to go on with, or `None` once every place was visited. A call reads
+    /// about `count` slots past the cursor's home (and the empty stripes it crosses).
     pub fn walk(&self, cursor: u64, count: usize, mut visit: impl FnMut(&[u8], &V)) -> Option<u64> {
         let mut looked = 0;
         let mut last = None;
         let first_shard = stripe_of_place(cursor);
-        for stripe in self.stripes.get(first_shard..)?.iter() {
-            for (place, slot) in stripe.range(cursor..) {
+        for (n, stripe) in self.stripes.get(first_shard..)?.iter().enumerate() {
+            // Every place of a later stripe is after the cursor.
+            let from = if n == 0 { cursor } else { 0 };
+            for (place, slot) in stripe.range_from(from) {
                 if looked >= count.max(1)
                     && let Some(last) = last
                 {
                     // `place` is after `last`, so `last + 1` does not overflow.
                     return Some(last + 1);
                 }
-                last = Some(*place);
+                last = Some(place);
                 for (name, value) in slot.keys() {
                     looked += 1;
                     visit(name.as_bytes(), value);

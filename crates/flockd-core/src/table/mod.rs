@@ -572,6 +572,16 @@ impl LockTable {
         }
     }
 
+    /// A restore starts: see [`Stripes::begin_load`].
+    pub fn begin_load(&mut self) {
+        self.entries.begin_load();
+    }
+
+    /// A restore ends: see [`Stripes::end_load`].
+    pub fn end_load(&mut self) {
+        self.entries.end_load();
+    }
+
     /// Puts every holding's deadline into the index (after a restore).
     pub fn rebuild_deadlines(&mut self) {
         self.deadlines.clear();
