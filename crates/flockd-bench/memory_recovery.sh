@@ -4,9 +4,12 @@
 #   2. resident bytes per held lock (FLOCK.ACQUIRE with a 1 h lease) at HELD locks;
 #   3. BIG idle names, BGREWRITEAOF, SIGTERM, restart: time from start to the "ready" line and
 #      the "AOF loaded" figures.
+# RSS is read SETTLE_S seconds after the load (default 1). Tables that grow by reallocating
+# free their old arrays, and jemalloc keeps freed pages for its decay time (10 s): SETTLE_S=15
+# reads what stays.
 # Needs a release flockd (cargo build --release -p flockd) and redis-benchmark (redis-tools).
 # Loopback only; every flockd it starts is stopped by pid, also on error.
-#   crates/flockd-bench/memory_recovery.sh [NAMES=1000000] [HELD=300000] [BIG=10000000]
+#   crates/flockd-bench/memory_recovery.sh [NAMES=1000000] [HELD=300000] [BIG=10000000] [SETTLE_S=1]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -52,7 +55,7 @@ per_item() { # label, dir, info field, count, command...
   local before after items
   before=$(rss_kib)
   load "$n" 1000000000 "$@"
-  sleep 1
+  sleep "${SETTLE_S:-1}"
   after=$(rss_kib); items=$(info "$field")
   echo "$field=$items rss_before=${before}KiB rss_after=${after}KiB bytes_each=$(( (after - before) * 1024 / items ))"
   stop
