@@ -46,9 +46,9 @@ const BYTES_PER_HELD_LOCK: u64 = 200;
 const BYTES_PER_WAITER: u64 = 64;
 const BYTES_PER_FENCE_KEY: u64 = 80;
 
-/// An estimate of the lock table's own memory from its counts: a name's element in its stripe's
-/// B-tree with the nodes' spare room (about 100 bytes, 91-96 measured: the figure
-/// `max-idle-names` is documented with), a held lock's holding and its lease deadline in the expiry index, a waiter, a fence
+/// An estimate of the lock table's own memory from its counts: a name's 56-byte slot in its
+/// stripe's hash table, 53-80% full (about 100 bytes, 83-84 measured once the allocator has
+/// returned a growth's freed arrays: the figure `max-idle-names` is documented with), a held lock's holding and its lease deadline in the expiry index, a waiter, a fence
 /// key's slot. Names over 22 bytes, owner ids and fence values add their own length on top, and
 /// are not counted.
 fn table_bytes(names: u64, held: u64, waiters: u64, fence_keys: u64) -> u64 {

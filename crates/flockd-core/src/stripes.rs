@@ -192,7 +192,7 @@ impl<V: Clone> Stripes<V> {
     }
 
     /// A load (a snapshot's keys in place order, then the log after it) starts: new keys go
-    /// where increasing places cost a B-tree insert, until [`Stripes::end_load`].
+    /// far ([`Places::get_or_insert_far`]), until [`Stripes::end_load`].
     pub fn begin_load(&mut self) {
         self.loading = true;
     }
