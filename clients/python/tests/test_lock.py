@@ -96,6 +96,29 @@ def test_a_force_release_sets_lost_through_the_event(flockd_port):
             lock.fence_set("f:data", "late")
 
 
+def test_a_force_release_right_after_the_grant_is_always_told(flockd_port):
+    # acquire returns only once the event subscription is confirmed: a force-release sent the
+    # moment it returns must reach the subscriber, not land before the SUBSCRIBE does.
+    client = Client(port=flockd_port)
+    for i in range(20):
+        with client.lock(f"race:{i}", lease=60) as lock:
+            client.redis.execute_command("FLOCK.FORCERELEASE", f"race:{i}")
+            assert lock.lost.wait(2), f"round {i}: the force-release was not told"
+
+    async def main():
+        aclient = AsyncClient(port=flockd_port)
+        for i in range(20):
+            async with aclient.lock(f"arace:{i}", lease=60) as lock:
+                await aclient.redis.execute_command("FLOCK.FORCERELEASE", f"arace:{i}")
+                try:
+                    await asyncio.wait_for(lock.lost.wait(), 2)
+                except asyncio.TimeoutError:
+                    pytest.fail(f"round {i} (asyncio): the force-release was not told")
+        await aclient.aclose()
+
+    asyncio.run(main())
+
+
 def test_shared_and_limit(flockd_port):
     client = Client(port=flockd_port)
     with client.lock("doc", shared=True) as a, client.lock("doc", shared=True) as b:

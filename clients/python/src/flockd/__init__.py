@@ -68,6 +68,18 @@ def is_notowner(error):
     return str(error).startswith("NOTOWNER")
 
 
+SUBSCRIBE_TIMEOUT = 5.0
+"""How long acquire waits for the event subscription's confirmation (renewals still tell)."""
+
+
+def is_subscribed(message, channel):
+    """True for the confirmation of SUBSCRIBE `channel`."""
+    if not isinstance(message, dict) or message.get("type") not in ("subscribe", b"subscribe"):
+        return False
+    got = message.get("channel")
+    return (got.decode("utf-8", "replace") if isinstance(got, bytes) else got) == channel
+
+
 def ends_holding(message, token):
     """The reason an `__flock__:<name>` message ends the holding of `token`, or None."""
     data = message.get("data") if isinstance(message, dict) else None
@@ -269,8 +281,16 @@ class Lock(LockBase):
 
     def _watch_events(self):
         try:
-            pubsub = self.client.redis.pubsub(ignore_subscribe_messages=True)
-            pubsub.subscribe(f"__flock__:{self.name}")
+            pubsub = self.client.redis.pubsub()
+            channel = f"__flock__:{self.name}"
+            pubsub.subscribe(channel)
+            # Subscribed before acquire returns, so no event after that is missed: SUBSCRIBE
+            # only sends, and a force-release right after the grant would otherwise reach the
+            # server before the subscription did.
+            deadline = time.monotonic() + SUBSCRIBE_TIMEOUT
+            while (left := deadline - time.monotonic()) > 0:
+                if is_subscribed(pubsub.get_message(timeout=left), channel):
+                    break
         except redis.RedisError:
             pubsub = None  # renewals and the clock still tell
         self._pubsub = pubsub

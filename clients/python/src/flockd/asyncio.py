@@ -9,8 +9,8 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 
-from . import (ClientBase, LockBase, LockLost, LockNotAcquired, _margin, ends_holding, is_notowner,
-               renews_at_once)
+from . import (SUBSCRIBE_TIMEOUT, ClientBase, LockBase, LockLost, LockNotAcquired, _margin,
+               ends_holding, is_notowner, is_subscribed, renews_at_once)
 
 __all__ = ["AsyncClient", "AsyncLock"]
 
@@ -69,8 +69,15 @@ class AsyncLock(LockBase):
         self.token = token
         self._valid_until = sent + self.lease
         try:
-            self._pubsub = self.client.redis.pubsub(ignore_subscribe_messages=True)
-            await self._pubsub.subscribe(f"__flock__:{self.name}")
+            self._pubsub = self.client.redis.pubsub()
+            channel = f"__flock__:{self.name}"
+            await self._pubsub.subscribe(channel)
+            # Subscribed before acquire returns, so no event after that is missed (SUBSCRIBE
+            # only sends).
+            deadline = time.monotonic() + SUBSCRIBE_TIMEOUT
+            while (left := deadline - time.monotonic()) > 0:
+                if is_subscribed(await self._pubsub.get_message(timeout=left), channel):
+                    break
             self._tasks.append(asyncio.create_task(_event_loop(weakref.ref(self), self._pubsub, self.token)))
         except redis.RedisError:
             self._pubsub = None
