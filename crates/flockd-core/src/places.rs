@@ -389,6 +389,15 @@ mod tests {
         }
     }
 
+    /// About 20,000 distinct spread places, in increasing order (as a snapshot brings them).
+    fn increasing_places(seed: u64) -> Vec<u64> {
+        let mut places = Places64(seed);
+        let mut all: Vec<u64> = (0..20_000).map(|_| places.next(false)).collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
     fn check(table: &Places<u64>, model: &BTreeMap<u64, u64>) {
         assert_eq!(table.len(), model.len());
         let walked: Vec<(u64, u64)> = table.range_from(0).map(|(p, v)| (p, *v)).collect();
@@ -491,10 +500,7 @@ mod tests {
     fn places_in_increasing_order_are_a_bounded_look_each() {
         let mut table = Places::<u64>::default();
         let mut model = BTreeMap::new();
-        let mut places = Places64(9);
-        let mut all: Vec<u64> = (0..20_000).map(|_| places.next(false)).collect();
-        all.sort();
-        all.dedup();
+        let all = increasing_places(9);
         for (i, place) in all.iter().enumerate() {
             table.get_or_insert_with(*place, || i as u64);
             model.insert(*place, i as u64);
@@ -509,10 +515,7 @@ mod tests {
     fn a_load_in_increasing_order_goes_far_and_settles_into_a_table_of_its_size() {
         let mut table = Places::<u64>::default();
         let mut model = BTreeMap::new();
-        let mut places = Places64(13);
-        let mut all: Vec<u64> = (0..20_000).map(|_| places.next(false)).collect();
-        all.sort();
-        all.dedup();
+        let all = increasing_places(13);
         // Some places were in the table before the load; the load finds them there.
         for (i, place) in all.iter().enumerate().step_by(97) {
             table.get_or_insert_with(*place, || i as u64);
