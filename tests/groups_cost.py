@@ -17,6 +17,9 @@ so gathers more ops in each entry and sync; at one rate both carry the same ops 
     python3 tests/groups_cost.py --flockd target/release/flockd [--rounds 3] [--groups 1,4]
     python3 tests/groups_cost.py --flockd target/release/flockd --rate 10000 [--seconds 8]
 
+Each member runs `--member-workers` runtime workers: by default the cores over the three
+members, at least one, as docs/cluster.md advises for members that share a machine.
+
 Needs redis-benchmark and redis-cli (Debian's redis-tools). Every process it starts is stopped
 by its pid; its dirs are removed.
 """
@@ -65,7 +68,7 @@ def info(port):
 
 
 class Cluster:
-    def __init__(self, binary, groups):
+    def __init__(self, binary, groups, workers):
         self.groups = groups
         self.root = tempfile.mkdtemp(prefix="flockd-groups-cost-")
         ports = free_ports(6)
@@ -77,7 +80,8 @@ class Cluster:
             self.procs.append(subprocess.Popen(
                 [binary, "--bind", "127.0.0.1", "--port", str(self.ports[i]),
                  "--dir", os.path.join(self.root, f"node{i + 1}"), "--node-id", str(i + 1),
-                 "--cluster-peers", peers, "--cluster-groups", str(groups)],
+                 "--cluster-peers", peers, "--cluster-groups", str(groups),
+                 "--worker-threads", str(workers)],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                 env=dict(os.environ, FLOCKD_LOG_LEVEL="warn")))
 
@@ -171,14 +175,19 @@ def main():
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--rate", type=int, help="acquires/s offered to every G alike (paced)")
     ap.add_argument("--seconds", type=float, default=8.0, help="how long a paced load runs")
+    ap.add_argument("--member-workers", type=int, default=0,
+                    help="runtime workers per member; 0: the cores over the three members, "
+                         "at least one (docs/cluster.md)")
     args = ap.parse_args()
     if args.rate is not None and not (0 < args.rate <= 1_000_000 and 0 < args.seconds <= 600):
         ap.error("--rate takes 1 to 1000000 acquires/s, --seconds more than 0 and at most 600")
+    workers = args.member_workers or max(1, (os.cpu_count() or 1) // 3)
+    print(f"each member runs {workers} runtime worker thread(s)", flush=True)
     groups = [int(g) for g in args.groups.split(",")]
     rows = {g: [] for g in groups}
     for r in range(args.rounds):
         for g in (groups if r % 2 == 0 else groups[::-1]):
-            cluster = Cluster(os.path.abspath(args.flockd), g)
+            cluster = Cluster(os.path.abspath(args.flockd), g, workers)
             try:
                 cluster.settle()
                 time.sleep(2)
@@ -201,13 +210,16 @@ def main():
                   f"{rps:,.0f} acquires/s, idle {idle * 100:.2f}% of a core (3 members), "
                   f"RSS {rss:.1f} MiB per member", flush=True)
     base = statistics.median(x[0] for x in rows[groups[0]])
+    # The medians' ratio, and the median of each round's own ratio (the two clusters of a
+    # round ran minutes apart, so a round's ratio leaves out the machine's slower drifts).
     print("| groups | µs CPU per acquire | acquires/s | idle CPU, 3 members | RSS per member | "
-          f"CPU per acquire / {groups[0]} group(s) |")
-    print("|--:|--:|--:|--:|--:|--:|")
+          f"CPU per acquire / {groups[0]} group(s) | median of the rounds' ratios |")
+    print("|--:|--:|--:|--:|--:|--:|--:|")
     for g in groups:
         med = [statistics.median(x[k] for x in rows[g]) for k in range(4)]
+        paired = statistics.median(a[0] / b[0] for a, b in zip(rows[g], rows[groups[0]]))
         print(f"| {g} | {med[0]:.1f} | {med[1]:,.0f} | {med[2]:.2f}% | {med[3]:.1f} MiB | "
-              f"{med[0] / base:.2f} |")
+              f"{med[0] / base:.2f} | {paired:.2f} |")
 
 
 if __name__ == "__main__":

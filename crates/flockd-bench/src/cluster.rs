@@ -32,7 +32,17 @@ async fn info_field(addr: SocketAddr, field: &str) -> Option<String> {
     })
 }
 
-async fn start_cluster(binary: &Path) -> Result<(ClusterGuard, usize), String> {
+/// Runtime workers per member: `asked`, or (0) the machine's cores over the three members,
+/// at least one, so that the members together run no more workers than there are cores.
+pub fn member_workers(asked: usize) -> usize {
+    if asked > 0 {
+        return asked;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / 3).max(1)
+}
+
+async fn start_cluster(binary: &Path, workers: usize) -> Result<(ClusterGuard, usize), String> {
     let (mut guard, ports, peer_ports) = ClusterGuard::on_free_ports(3)?;
     let peers = ports
         .iter()
@@ -48,6 +58,7 @@ async fn start_cluster(binary: &Path) -> Result<(ClusterGuard, usize), String> {
             .arg("--dir")
             .arg(&dir)
             .args(["--node-id", &(i + 1).to_string(), "--cluster-peers", &peers])
+            .args(["--worker-threads", &workers.to_string()])
             .env("FLOCKD_LOG_LEVEL", "warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
@@ -126,9 +137,11 @@ pub async fn cost(
     duration: Duration,
     seed: &mut u64,
     etcd: Option<&Path>,
+    member_workers: usize,
 ) -> Result<String, String> {
     let single = servers::start(Kind::Flockd, flockd, "always").await?;
-    let (cluster, leader) = start_cluster(flockd).await?;
+    let workers = self::member_workers(member_workers);
+    let (cluster, leader) = start_cluster(flockd, workers).await?;
     let follower = (leader + 1) % cluster.addrs().len();
     let leader_side = Side::flockd(Target::flockd(cluster.addrs()[leader]), cluster.pids());
     let targets = [
@@ -142,7 +155,10 @@ pub async fn cost(
             Side::flockd(Target::flockd(cluster.addrs()[follower]), cluster.pids()),
         ),
     ];
-    let mut md = String::new();
+    let mut md = format!(
+        "Each cluster member runs {workers} runtime worker thread(s) (`--member-workers`); the \
+         single node runs one per core.\n\n"
+    );
     for w in workloads {
         let measured = compare(&targets, w, rounds, duration, seed).await;
         let ratios = [
@@ -171,25 +187,38 @@ pub async fn cost(
          follower {follower_per_sync}.\n"
     );
     if let Some(etcd_bin) = etcd {
-        md.push_str(&against_etcd(etcd_bin, leader_side, workloads, rounds, duration, seed).await?);
+        md.push_str(
+            &against_etcd(
+                etcd_bin,
+                workers,
+                leader_side,
+                workloads,
+                rounds,
+                duration,
+                seed,
+            )
+            .await?,
+        );
     }
     drop(cluster);
     Ok(md)
 }
 
 /// Workload 2's cycles on flockd's leader against etcd's lock service on a 3-node etcd
-/// cluster started from `etcd_bin`, through its leader.
+/// cluster started from `etcd_bin`, through its leader; etcd's members get as many threads
+/// for Go code as flockd's get runtime workers.
 #[cfg(feature = "etcd")]
 async fn against_etcd(
     etcd_bin: &Path,
+    workers: usize,
     leader_side: Side,
     workloads: &[Workload],
     rounds: usize,
     duration: Duration,
     seed: &mut u64,
 ) -> Result<String, String> {
-    let mut md = String::new();
-    let (members, etcd_leader) = etcd::start_cluster(etcd_bin).await?;
+    let mut md = format!("Each etcd member runs with `GOMAXPROCS={workers}`.\n\n");
+    let (members, etcd_leader) = etcd::start_cluster(etcd_bin, workers).await?;
     let sides = [
         ("flockd 3-node cluster, through the leader", leader_side),
         (
@@ -218,6 +247,7 @@ async fn against_etcd(
 #[cfg(not(feature = "etcd"))]
 async fn against_etcd(
     _etcd_bin: &Path,
+    _workers: usize,
     _leader_side: Side,
     _workloads: &[Workload],
     _rounds: usize,

@@ -14,8 +14,10 @@ use tokio::time::Instant;
 use crate::members::ClusterGuard;
 use crate::workloads::{self, Counts, Load, RunResult, Workload};
 
-/// Starts three etcd members forming one cluster; returns them and the index of the leader.
-pub async fn start_cluster(etcd: &Path) -> Result<(ClusterGuard, usize), String> {
+/// Starts three etcd members forming one cluster, each with Go's scheduler sized to `workers`
+/// threads running Go code (`GOMAXPROCS`, as flockd's members get `worker-threads`); returns
+/// them and the index of the leader.
+pub async fn start_cluster(etcd: &Path, workers: usize) -> Result<(ClusterGuard, usize), String> {
     let (mut guard, ports, peer_ports) = ClusterGuard::on_free_ports(3)?;
     let initial = peer_ports
         .iter()
@@ -42,6 +44,7 @@ pub async fn start_cluster(etcd: &Path) -> Result<(ClusterGuard, usize), String>
                 &format!("flockd-bench-{}", std::process::id()),
             ])
             .args(["--logger", "zap", "--log-level", "warn"])
+            .env("GOMAXPROCS", workers.to_string())
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)

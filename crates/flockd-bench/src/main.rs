@@ -102,6 +102,12 @@ struct Opts {
     /// tool built with `--features etcd`.
     #[arg(long)]
     etcd: Option<PathBuf>,
+    /// With --cluster: runtime worker threads of each cluster member (flockd's
+    /// `worker-threads`). 0 sizes them as docs/operations.md advises for members that share a
+    /// machine: its cores over the three members, at least one. The single node keeps its
+    /// default (one per core), which is its best on a machine of its own.
+    #[arg(long, default_value_t = 0)]
+    member_workers: usize,
     /// The lease of the subscriber comparison's acquires (workload 1's is 5000 ms: a lease
     /// longer than the run keeps the expiry of earlier rounds' grants out of the comparison).
     #[arg(long, default_value_t = W1_LEASE_MS)]
@@ -662,6 +668,7 @@ async fn real_main(o: Opts) -> Result<ExitCode, String> {
                 plan.duration,
                 &mut seed,
                 o.etcd.as_deref(),
+                o.member_workers,
             )
             .await?,
         );
