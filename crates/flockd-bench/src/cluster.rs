@@ -34,7 +34,7 @@ async fn info_field(addr: SocketAddr, field: &str) -> Option<String> {
 
 /// Runtime workers per member: `asked`, or (0) the machine's cores over the three members,
 /// at least one, so that the members together run no more workers than there are cores.
-pub fn member_workers(asked: usize) -> usize {
+fn workers_per_member(asked: usize) -> usize {
     if asked > 0 {
         return asked;
     }
@@ -140,7 +140,7 @@ pub async fn cost(
     member_workers: usize,
 ) -> Result<String, String> {
     let single = servers::start(Kind::Flockd, flockd, "always").await?;
-    let workers = self::member_workers(member_workers);
+    let workers = workers_per_member(member_workers);
     let (cluster, leader) = start_cluster(flockd, workers).await?;
     let follower = (leader + 1) % cluster.addrs().len();
     let leader_side = Side::flockd(Target::flockd(cluster.addrs()[leader]), cluster.pids());
