@@ -281,7 +281,13 @@ test('through ioredis Sentinel support, across a leader kill', async (t) => {
 
 test('a fenced write after the loss sends nothing', async (t) => {
   const s = await startFlockd(t);
-  const monitor = await conn(t, s).monitor();
+  // MONITOR from a connection that is already ready: ioredis enters its monitoring state a
+  // microtask after MONITOR's +OK, so a feed line read in the same chunk as the +OK (here, the
+  // ready check of a connection still starting) hit its command queue ("Command queue state
+  // error"; 3 of 300 rounds in a loop, 0 of 300 with the connection ready first).
+  const admin = conn(t, s);
+  await admin.ping();
+  const monitor = await admin.monitor();
   t.after(() => monitor.disconnect());
   const seen = [];
   monitor.on('monitor', (_time, args) => seen.push(args.map(String)));
