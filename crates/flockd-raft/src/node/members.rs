@@ -161,7 +161,7 @@ pub(super) async fn watch_members(node: Arc<Node>) {
 
 /// On the leader in office: ends the waits of each member that has just gone down.
 fn drop_waits_of_the_down(node: &Arc<Node>, members: &[NodeId], down: &mut BTreeSet<NodeId>) {
-    let leads = node.stamping.load(std::sync::atomic::Ordering::Acquire);
+    let leads = node.in_office();
     for &id in members {
         if id == node.me.node || node.member_up(id) {
             down.remove(&id);

@@ -7,6 +7,13 @@
 //! openraft's core, the log's encoding and flush, a replication message per follower, a forward
 //! from a follower, an apply) is then paid once for all of them, as the single node's group
 //! commit does for its file. Their ops keep their order; each client gets its own results.
+//!
+//! A follower keeps one forward in flight: what its clients send meanwhile is gathered into the
+//! next. A forward costs a request and an answer on the cluster port and an entry at the leader
+//! whatever it carries, and the leader's log syncs one round at a time anyway, so forwards sent
+//! while one is on its way only wait there in smaller pieces (measured in docs/benchmarks.md,
+//! "One forward in flight"). The leader itself keeps every proposal in flight: its log store
+//! gathers them into its syncs.
 
 use super::*;
 
@@ -70,7 +77,11 @@ pub(super) async fn gather(
         };
         // The first one's deadline is the earliest: no client waits past its own.
         let seq = node.pending.register(deadline, answers);
-        tokio::spawn(node.submit(seq, ops, deadline));
+        if node.in_office() {
+            tokio::spawn(node.submit(seq, ops, deadline));
+        } else {
+            node.submit(seq, ops, deadline).await;
+        }
     }
 }
 
@@ -166,10 +177,15 @@ impl Node {
         }
     }
 
+    /// Whether this node leads and has taken office (it stamps proposals with its clock).
+    pub(super) fn in_office(&self) -> bool {
+        self.stamping.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Proposes on this node as the leader: stamped with the leader's clock, once it is in
     /// office (until then the proposer tries again shortly).
     pub(super) async fn write_here(&self, mut proposal: RaftProposal) -> Forwarded {
-        if !self.stamping.load(std::sync::atomic::Ordering::Acquire) {
+        if !self.in_office() {
             return Forwarded::NotLeader {
                 leader: Some(self.me.node),
             };

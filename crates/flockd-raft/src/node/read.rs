@@ -65,7 +65,7 @@ impl Node {
     /// The read point as the leader: its commit index once a quorum confirmed it still leads
     /// (a leader cut off from the majority gets no confirmation and names none).
     pub(super) async fn read_index_here(&self) -> ReadPoint {
-        if !self.stamping.load(std::sync::atomic::Ordering::Acquire) {
+        if !self.in_office() {
             return ReadPoint::NotLeader {
                 leader: Some(self.me.node),
             };
