@@ -173,6 +173,8 @@ struct Node {
     pending: Arc<PendingTable>,
     /// Proposals on their way to be gathered into entries (see `propose`).
     proposals: mpsc::UnboundedSender<propose::Proposed>,
+    /// Reads on their way to share an ask for the leader's read point (see `read`).
+    reads: mpsc::UnboundedSender<read::ReadAsked>,
     clock: Arc<Clock>,
     host: Arc<dyn Apply>,
     log: LogStore,
@@ -388,6 +390,7 @@ async fn start_group(
     }
     let (lease_duty, _) = watch::channel(false);
     let (proposals, queued) = mpsc::unbounded_channel();
+    let (reads, reads_queued) = mpsc::unbounded_channel();
     let node = Arc::new(Node {
         me,
         group,
@@ -397,6 +400,7 @@ async fn start_group(
         peers: together.peers.clone(),
         pending,
         proposals,
+        reads,
         clock,
         host,
         log: log_stats,
@@ -410,6 +414,7 @@ async fn start_group(
         removal: parking_lot::Mutex::new(None),
     });
     tokio::spawn(propose::gather(Arc::downgrade(&node), queued));
+    tokio::spawn(read::gather_reads(Arc::downgrade(&node), reads_queued));
     tokio::spawn(count_leader_changes(node.clone()));
     tokio::spawn(members::watch_members(node.clone()));
     // Not the node: the task ends with the runtime, and must not keep the node alive.
