@@ -24,8 +24,11 @@ pub use flockd_log::ProposalResult;
 #[derive(Default)]
 struct Table {
     next_seq: u64,
-    /// By seq, so also by deadline: every proposal gets the same time to be answered.
+    /// By seq, so also by deadline: every proposal gets the same time to be answered, from when
+    /// its first client proposed it, and proposals are registered in the order they came.
     waiting: BTreeMap<u64, Waiting>,
+    /// When the sweeper ([`PendingTable::answer_overdue`]) looks next, while it sleeps.
+    next_look: Option<Instant>,
 }
 
 struct Waiting {
@@ -64,6 +67,8 @@ impl Waiting {
 #[derive(Default)]
 pub struct PendingTable {
     table: Mutex<Table>,
+    /// Wakes the sweeper for a proposal due before it would look.
+    due_sooner: tokio::sync::Notify,
 }
 
 impl PendingTable {
@@ -73,6 +78,12 @@ impl PendingTable {
         let mut table = self.table.lock();
         let seq = table.next_seq;
         table.next_seq += 1;
+        // A proposal that waited before it was registered (a follower's, behind the forward in
+        // flight) may be due before the sweeper's next look, planned when the table was empty.
+        if table.next_look.is_some_and(|look| deadline < look) {
+            table.next_look = None;
+            self.due_sooner.notify_one();
+        }
         table.waiting.insert(
             seq,
             Waiting {
@@ -93,36 +104,39 @@ impl PendingTable {
 
     /// Answers every proposal still waiting at its deadline with `overdue(why)`, as the
     /// deadlines come, for as long as the node runs. One task does it for all proposals, with
-    /// no timer and no wake-up per proposal: every deadline is `limit` after its registration,
-    /// so a table found empty needs no look before `limit` has passed, and a full one none
-    /// before its first deadline.
+    /// no timer and no wake-up per proposal: a deadline is at most `limit` after its
+    /// registration, so a table found empty needs no look before `limit` has passed, and a
+    /// full one none before its first deadline. A proposal registered with a deadline before
+    /// that look (it waited to be registered) wakes the sweeper.
     pub async fn answer_overdue(
         &self,
         limit: std::time::Duration,
         overdue: impl Fn(Option<String>) -> ProposeError,
     ) {
         loop {
-            let next = self
-                .table
-                .lock()
-                .waiting
-                .first_key_value()
-                .map(|(_, w)| w.deadline);
-            match next {
-                None => tokio::time::sleep(limit).await,
-                Some(deadline) => {
-                    tokio::time::sleep_until(deadline.into()).await;
-                    let now = Instant::now();
-                    let mut table = self.table.lock();
-                    while let Some(entry) = table.waiting.first_entry() {
-                        if entry.get().deadline > now {
-                            break;
-                        }
-                        let mut waiting = entry.remove();
-                        let why = overdue(waiting.why.take());
-                        waiting.answer(Err(why));
-                    }
+            let look = {
+                let mut table = self.table.lock();
+                let look = table
+                    .waiting
+                    .first_key_value()
+                    .map_or_else(|| Instant::now() + limit, |(_, w)| w.deadline);
+                table.next_look = Some(look);
+                look
+            };
+            tokio::select! {
+                () = tokio::time::sleep_until(look.into()) => {}
+                () = self.due_sooner.notified() => {}
+            }
+            let now = Instant::now();
+            let mut table = self.table.lock();
+            table.next_look = None;
+            while let Some(entry) = table.waiting.first_entry() {
+                if entry.get().deadline > now {
+                    break;
                 }
+                let mut waiting = entry.remove();
+                let why = overdue(waiting.why.take());
+                waiting.answer(Err(why));
             }
         }
     }
@@ -221,6 +235,38 @@ mod tests {
         );
         let again = tokio::time::timeout(Duration::from_secs(5), again).await;
         assert!(matches!(again, Ok(Ok(Err(ProposeError::NoLeader { .. })))));
+    }
+
+    /// A proposal that waited before it was registered (a follower's, behind its forward in
+    /// flight) is due sooner than the sweeper's look at the empty table: it is still answered
+    /// at its deadline, not at that look (CI found one answered 0.72 s late).
+    #[tokio::test]
+    async fn a_proposal_registered_late_is_answered_at_its_own_deadline() {
+        let table = Arc::new(PendingTable::default());
+        let sweeper = table.clone();
+        let limit = Duration::from_secs(30);
+        tokio::spawn(async move {
+            sweeper
+                .answer_overdue(limit, |_| ProposeError::NoLeader {
+                    waited_ms: 30_000,
+                    why: String::new(),
+                })
+                .await
+        });
+        // The sweeper finds the table empty and plans its next look 30 s away.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let start = Instant::now();
+        let (tx, rx) = oneshot::channel();
+        table.register(
+            start + Duration::from_millis(100),
+            vec![Answer { ops: 1, to: tx }],
+        );
+        let outcome = tokio::time::timeout(Duration::from_secs(5), rx)
+            .await
+            .expect("answered long before the sweeper's planned look")
+            .expect("sent");
+        assert!(matches!(outcome, Err(ProposeError::NoLeader { .. })));
+        assert!(start.elapsed() >= Duration::from_millis(100));
     }
 
     /// A proposal that carries several clients' ops answers each with its own results, in
