@@ -264,6 +264,30 @@ class Node:
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, sig)
 
+    def pause(self):
+        """SIGSTOP, returning once every thread of the process is stopped. kill() returns when
+        the signal is queued; the group stop reaches each thread when it next runs, which on a
+        busy machine can be milliseconds later, and a thread still running may answer a command
+        sent meanwhile (CI once saw an answer 2.6 ms after the signal was sent)."""
+        if not self.running():
+            return
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and not self.all_threads_stopped():
+            time.sleep(0.0005)
+
+    def all_threads_stopped(self):
+        tasks = f"/proc/{self.proc.pid}/task"
+        try:
+            for tid in os.listdir(tasks):
+                with open(f"{tasks}/{tid}/stat") as f:
+                    # the state follows the command name, which is in parentheses
+                    if f.read().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                        return False
+        except (FileNotFoundError, ProcessLookupError):
+            return True  # the process is gone: it answers nothing either
+        return True
+
     def kill9(self):
         if self.proc is not None:
             if self.proc.poll() is None:
@@ -906,7 +930,7 @@ class Controller:
             node = c.nodes[leader]
             w["isolated"] = [leader]
             stopped = now()
-            node.signal(signal.SIGSTOP)
+            node.pause()
             w["iso0"] = now()
             time.sleep(self.hold or 3 * ELECTION_TIMEOUT_MS / 1000.0)
             w["iso1"] = now()
@@ -998,7 +1022,7 @@ class Controller:
                 c.nodes[slot].kill9()
             elif action == "pause":
                 stopped[slot] = now()
-                c.nodes[slot].signal(signal.SIGSTOP)
+                c.nodes[slot].pause()
             else:
                 c.net.cut([slot], [s for s in range(len(c.nodes)) if s != slot])
         w["iso0"] = now()
